@@ -1,0 +1,34 @@
+# Two commands set everything up on a fresh machine with Java 17 and Python 3.10+:
+#   make demo   - create .venv, install, generate demo landing data, run the pipeline, print a summary
+#   make test   - create .venv, install, run linters, dbt docs generate and the whole test suite
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint docs clean check-java
+
+check-java:
+	@command -v java >/dev/null 2>&1 || { echo "ERROR: java not found. Spark needs Java 17: install it (e.g. apt-get install openjdk-17-jre-headless) and re-run."; exit 2; }
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+demo: check-java $(STAMP)
+	$(PY) -m runner demo
+
+lint: $(STAMP)
+	$(PY) -m ruff check runner tests
+	$(VENV)/bin/sqlfluff lint models macros
+
+docs: check-java $(STAMP)
+	$(VENV)/bin/dbt docs generate --profiles-dir . --project-dir . --quiet
+
+test: check-java $(STAMP) lint
+	$(PY) -m pytest
+
+clean:
+	rm -rf target logs .state landing

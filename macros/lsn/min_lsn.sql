@@ -1,0 +1,10 @@
+{#- sys.fn_cdc_get_min_lsn(capture_instance): low end of the capture instance's validity
+    interval (cdc.change_tables.start_lsn, latest landed export). NULL if unknown. -#}
+{% macro min_lsn(capture_instance) -%}
+    {{ return(adapter.dispatch('min_lsn', 'sqlserver_cdc')(capture_instance)) }}
+{%- endmacro %}
+
+{% macro default__min_lsn(capture_instance) -%}
+    (select max(start_lsn) from {{ ref('stg_cdc_metadata__change_tables') }}
+        where lower(capture_instance) = lower('{{ capture_instance }}'))
+{%- endmacro %}

@@ -1,0 +1,70 @@
+{#- Current-state mart (SCD type 1) of a tracked table: one row per key with the captured columns,
+    the commit LSN, commit time and operation of the change that produced it. Deleted keys
+    disappear, or stay with is_deleted = true when the table declares soft_deletes: true.
+    Incremental: the window's net changes per key are applied to the partitions they touch; a
+    change only replaces a row with a lower or equal commit LSN, so re-running a window is a no-op. -#}
+{% macro current_state(table_name) -%}
+    {{ return(adapter.dispatch('current_state', 'sqlserver_cdc')(table_name)) }}
+{%- endmacro %}
+
+{% macro default__current_state(table_name) -%}
+{%- set t = sqlserver_cdc.tracked_table(table_name) -%}
+{{ config(meta={'cdc_mart': 'current_state', 'cdc_table': table_name}) }}
+{%- set columns = t.columns | map(attribute='name') | list -%}
+{%- set non_key = [] -%}
+{%- for c in columns if c | lower not in (t.key | map('lower') | list) %}{% do non_key.append(c) %}{% endfor -%}
+{%- set out_columns = t.key + non_key + ['commit_lsn', 'commit_time', 'operation', 'is_deleted', '_bucket'] -%}
+with
+
+changes as (
+    {{ sqlserver_cdc._mart_changes(t) }}
+),
+
+net as (
+    select * from {{ sqlserver_cdc.net_changes('changes', t.key, columns, 'all', extra_columns=['commit_time']) }}
+),
+
+applied as (
+    select
+        {%- for c in t.key + non_key %}
+        {{ c }},
+        {%- endfor %}
+        commit_lsn,
+        commit_time,
+        {{ sqlserver_cdc._operation_name('operation_code') }} as operation,
+        operation_code = 1 as is_deleted,
+        {{ sqlserver_cdc._bucket(t) }} as _bucket,
+        1 as _priority
+    from net
+),
+
+candidates as (
+    select * from applied
+    {%- if is_incremental() %}
+    union all
+    select {{ out_columns | join(', ') }}, 0 as _priority
+    from {{ this }}
+    where _bucket in (select distinct _bucket from applied)
+    {%- endif %}
+),
+
+ranked as (
+    select
+        *,
+        row_number() over (
+            partition by {{ t.key | join(', ') }} order by commit_lsn desc, _priority desc
+        ) as _rank
+    from candidates
+),
+
+final as (
+    select {{ out_columns | join(', ') }}
+    from ranked
+    where _rank = 1
+    {%- if not t.soft_deletes %}
+        and not is_deleted
+    {%- endif %}
+)
+
+select * from final
+{%- endmacro %}

@@ -1,0 +1,137 @@
+{#- History mart (SCD type 2) of a tracked table: one version per key per committed transaction
+    that changed it (changes inside a transaction collapse to its final state; insert-then-delete
+    in one transaction leaves nothing), with valid_from_lsn / valid_to_lsn, valid_from / valid_to
+    (commit times), is_current, operation and changed_columns (from the update mask). A delete
+    closes the open version; history_delete_versions: true also keeps an explicit deleted version.
+    Incremental: new versions are merged with the stored versions of the same keys that are still
+    open after the watermark, and validity is recomputed for those keys only. -#}
+{% macro history(table_name) -%}
+    {{ return(adapter.dispatch('history', 'sqlserver_cdc')(table_name)) }}
+{%- endmacro %}
+
+{% macro default__history(table_name) -%}
+{%- set t = sqlserver_cdc.tracked_table(table_name) -%}
+{{ config(meta={'cdc_mart': 'history', 'cdc_table': table_name}) }}
+{%- set columns = t.columns | map(attribute='name') | list -%}
+{%- set non_key = [] -%}
+{%- for c in columns if c | lower not in (t.key | map('lower') | list) %}{% do non_key.append(c) %}{% endfor -%}
+{%- set version_columns = t.key + non_key + ['valid_from_lsn', 'valid_from', 'operation', 'changed_columns', 'is_deleted', '_bucket'] -%}
+{%- set out_columns = t.key + non_key + ['valid_from_lsn', 'valid_to_lsn', 'valid_from', 'valid_to', 'is_current', 'operation', 'changed_columns', 'is_deleted', '_bucket'] -%}
+with
+
+changes as (
+    {{ sqlserver_cdc._mart_changes(t) }}
+),
+
+transactions as (
+    select * from {{ sqlserver_cdc.net_changes('changes', t.key + ['commit_lsn'], columns, 'all with mask',
+        extra_columns=['commit_time'], max_mask_bytes=((t.columns | length) + 7) // 8) }}
+),
+
+new_versions as (
+    select
+        {%- for c in t.key + non_key %}
+        {{ c }},
+        {%- endfor %}
+        commit_lsn as valid_from_lsn,
+        commit_time as valid_from,
+        {{ sqlserver_cdc._operation_name('operation_code') }} as operation,
+        case operation_code
+            when 2 then array({% for c in t.columns | sort(attribute='ordinal') %}'{{ c.name }}'{{ ', ' if not loop.last }}{% endfor %})
+            when 1 then cast(array() as array<string>)
+            else {{ sqlserver_cdc.changed_columns('update_mask', t.capture_instance) }}
+        end as changed_columns,
+        operation_code = 1 as is_deleted,
+        {{ sqlserver_cdc._bucket(t) }} as _bucket,
+        1 as _priority,
+        true as _recompute
+    from transactions
+),
+
+{%- if is_incremental() %}
+
+batch_keys as (
+    select distinct {{ t.key | join(', ') }} from new_versions
+),
+
+stored as (
+    select
+        {%- for c in version_columns %}
+        stored.{{ c }},
+        {%- endfor %}
+        stored.valid_to_lsn,
+        0 as _priority,
+        batch_keys.{{ t.key[0] }} is not null
+            and (stored.valid_to_lsn is null or stored.valid_to_lsn > {{ sqlserver_cdc.mart_lower_lsn() }})
+            as _recompute
+    from {{ this }} as stored
+    left join batch_keys
+        on {{ sqlserver_cdc._key_match(t, 'stored', 'batch_keys') }}
+    where stored._bucket in (select distinct _bucket from new_versions)
+),
+
+{%- endif %}
+
+recompute as (
+    select {{ version_columns | join(', ') }}, _priority from new_versions
+    {%- if is_incremental() %}
+    union all
+    select {{ version_columns | join(', ') }}, _priority from stored where _recompute
+    {%- endif %}
+),
+
+deduplicated as (
+    select *
+    from (
+        select
+            *,
+            row_number() over (
+                partition by {{ t.key | join(', ') }}, valid_from_lsn order by _priority desc
+            ) as _rank
+        from recompute
+    )
+    where _rank = 1
+),
+
+validity as (
+    select
+        *,
+        lead(valid_from_lsn) over (partition by {{ t.key | join(', ') }} order by valid_from_lsn) as valid_to_lsn,
+        lead(valid_from) over (partition by {{ t.key | join(', ') }} order by valid_from_lsn) as valid_to
+    from deduplicated
+),
+
+recomputed as (
+    select
+        {%- for c in t.key + non_key + ['valid_from_lsn', 'valid_to_lsn', 'valid_from', 'valid_to'] %}
+        {{ c }},
+        {%- endfor %}
+        valid_to_lsn is null and not is_deleted as is_current,
+        operation,
+        changed_columns,
+        is_deleted,
+        _bucket
+    from validity
+    {%- if not t.history_delete_versions %}
+    where not is_deleted
+    {%- endif %}
+),
+
+final as (
+    select {{ out_columns | join(', ') }} from recomputed
+    {%- if is_incremental() %}
+    union all
+    select {{ out_columns | join(', ') }}
+    from {{ this }} as stored_rows
+    where stored_rows._bucket in (select distinct _bucket from new_versions)
+        and not exists (
+            select 1 from stored
+            where stored._recompute
+                and {{ sqlserver_cdc._key_match(t, 'stored', 'stored_rows') }}
+                and stored.valid_from_lsn = stored_rows.valid_from_lsn
+        )
+    {%- endif %}
+)
+
+select * from final
+{%- endmacro %}

@@ -1,0 +1,35 @@
+{#- The declaration of a tracked table (var cdc_tracked_tables), validated, with defaults filled:
+    name, channel, capture_instance, key (list), columns (name, type, ordinal), buckets,
+    soft_deletes. Fails with a message naming the table and the bad field. -#}
+{% macro tracked_table(table_name) -%}
+    {%- set tables = var('cdc_tracked_tables', {}) -%}
+    {%- if table_name not in tables -%}
+        {{ exceptions.raise_compiler_error("tracked table '" ~ table_name ~ "' is not declared in var cdc_tracked_tables (declared: " ~ (tables.keys() | list | join(', ')) ~ ")") }}
+    {%- endif -%}
+    {%- set raw = tables[table_name] -%}
+    {%- for field in ['channel', 'capture_instance', 'key', 'columns'] if field not in raw -%}
+        {{ exceptions.raise_compiler_error("tracked table '" ~ table_name ~ "': missing '" ~ field ~ "'") }}
+    {%- endfor -%}
+    {%- set names = raw.columns | map(attribute='name') | map('lower') | list -%}
+    {%- for column in raw.columns -%}
+        {%- if column.name is not defined or column.type is not defined or column.ordinal is not defined -%}
+            {{ exceptions.raise_compiler_error("tracked table '" ~ table_name ~ "': every column needs name, type and ordinal; got " ~ column) }}
+        {%- endif -%}
+        {%- do sqlserver_cdc.spark_type(column.type) -%}
+    {%- endfor -%}
+    {%- for key in raw.key if key | lower not in names -%}
+        {{ exceptions.raise_compiler_error("tracked table '" ~ table_name ~ "': key column '" ~ key ~ "' is not among its columns") }}
+    {%- endfor -%}
+    {{ return({
+        'name': table_name,
+        'channel': raw.channel,
+        'capture_instance': raw.capture_instance,
+        'source_schema': raw.get('source_schema'),
+        'source_table': raw.get('source_table'),
+        'key': raw.key,
+        'columns': raw.columns,
+        'buckets': raw.get('buckets', 8),
+        'soft_deletes': raw.get('soft_deletes', false),
+        'history_delete_versions': raw.get('history_delete_versions', false),
+    }) }}
+{%- endmacro %}

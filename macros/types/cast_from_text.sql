@@ -1,0 +1,31 @@
+{#- Casts a text value (as landed, or as CES sends it) to the Spark type of a SQL Server type.
+    NULL when it does not cast; cast_invalid_reason() names column and value for quarantine.
+    binary values arrive as '0x..' hex (or base64 with encoding='base64'); bit accepts 1/0/true/false;
+    datetimeoffset is converted to UTC; uniqueidentifier is upper-cased. -#}
+{% macro cast_from_text(expr, sqlserver_type) -%}
+    {{ return(adapter.dispatch('cast_from_text', 'sqlserver_cdc')(expr, sqlserver_type)) }}
+{%- endmacro %}
+
+{% macro default__cast_from_text(expr, sqlserver_type) -%}
+    {%- set spark = sqlserver_cdc.spark_type(sqlserver_type) -%}
+    {%- set base = (sqlserver_type | lower).split('(')[0] | trim -%}
+    {%- if spark == 'binary' -%}
+        (case when {{ expr }} rlike '^0[xX]([0-9A-Fa-f]{2})*$' then unhex(substr({{ expr }}, 3)) end)
+    {%- elif base == 'uniqueidentifier' -%}
+        (case when {{ expr }} rlike '^\\{?[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}\\}?$'
+            then upper(regexp_replace({{ expr }}, '[{}]', '')) end)
+    {%- elif base == 'time' -%}
+        (case when {{ expr }} rlike '^[0-2][0-9]:[0-5][0-9](:[0-5][0-9](\\.[0-9]{1,7})?)?$' then {{ expr }} end)
+    {%- elif spark == 'timestamp' -%}
+        try_cast(regexp_replace(trim({{ expr }}), '^([0-9-]+)[ T]([0-9:]+(\\.[0-9]{1,6})?)[0-9]*\\s*', '$1 $2') as timestamp)
+    {%- elif spark == 'string' -%}
+        cast({{ expr }} as string)
+    {%- else -%}
+        try_cast(trim({{ expr }}) as {{ spark }})
+    {%- endif -%}
+{%- endmacro %}
+
+{% macro cast_invalid_reason(expr, sqlserver_type, column_name) -%}
+    (case when {{ expr }} is not null and {{ sqlserver_cdc.cast_from_text(expr, sqlserver_type) }} is null
+        then concat('column {{ column_name }}: value "', {{ expr }}, '" is not a valid {{ sqlserver_type }}') end)
+{%- endmacro %}

@@ -1,0 +1,18 @@
+{#- The names of the captured columns whose bit is set in the mask, as array<string> in ordinal
+    order. NULL mask gives NULL. -#}
+{% macro changed_columns(mask, capture_instance) -%}
+    {{ return(adapter.dispatch('changed_columns', 'sqlserver_cdc')(mask, capture_instance)) }}
+{%- endmacro %}
+
+{% macro default__changed_columns(mask, capture_instance) -%}
+    {%- set table = sqlserver_cdc.tracked_table_for_capture_instance(capture_instance) -%}
+    {%- set columns = table.columns | sort(attribute='ordinal') -%}
+    (case when {{ mask }} is not null then filter(
+        array({% for c in columns %}{{ "'" ~ c.name ~ "'" }}{{ ", " if not loop.last }}{% endfor %}),
+        (name, i) -> element_at(array(
+            {%- for c in columns %}
+            {{ sqlserver_cdc.is_bit_set(mask, c.ordinal) }}{{ "," if not loop.last }}
+            {%- endfor %}
+        ), i + 1)
+    ) end)
+{%- endmacro %}

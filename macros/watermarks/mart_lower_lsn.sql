@@ -1,0 +1,7 @@
+{#- The watermark of the current model as a scalar subquery: the upper LSN of its last run whose
+    model and tests succeeded, '' (below every LSN) when it never advanced. -#}
+{% macro mart_lower_lsn() -%}
+    (select coalesce(max_by(watermark_lsn, recorded_at), '')
+        from {{ sqlserver_cdc.watermark_relation() }}
+        where model_name = '{{ this.identifier }}')
+{%- endmacro %}

@@ -1,0 +1,55 @@
+-- cdc.captured_columns: the captured columns of each capture instance with their ordinals (the
+-- update-mask bit positions). Exports carry the change table's object_id; the capture instance
+-- comes from the row itself when the export added it, else from cdc.change_tables.
+with
+
+landed_rows as (
+    select * from {{ source('cdc_raw', 'landed_rows') }}
+    where landing_kind = 'cdc_metadata' and entity = 'captured_columns'
+),
+
+change_tables as (
+    select object_id, capture_instance
+    from {{ ref('stg_cdc_metadata__change_tables') }}
+    where quarantine_reason is null
+),
+
+decoded as (
+    select
+        -- ids
+        row_values['capture_instance'] as capture_instance,
+        try_cast(row_values['object_id'] as bigint) as object_id,
+        try_cast(row_values['column_id'] as int) as column_id,
+        -- strings
+        row_values['column_name'] as column_name,
+        row_values['column_type'] as column_type,
+        -- numerics
+        try_cast(row_values['column_ordinal'] as int) as column_ordinal,
+        -- booleans
+        try_cast(row_values['is_computed'] as boolean) as is_computed,
+        _source_file,
+        _batch_id,
+        _ingested_at
+    from landed_rows
+),
+
+final as (
+    select distinct
+        coalesce(decoded.capture_instance, change_tables.capture_instance) as capture_instance,
+        decoded.column_name,
+        decoded.column_type,
+        decoded.column_ordinal,
+        decoded.column_id,
+        decoded.is_computed,
+        case
+            when coalesce(decoded.capture_instance, change_tables.capture_instance) is null
+                then 'unknown capture instance (no capture_instance column and no matching object_id)'
+            when decoded.column_name is null then 'missing column_name'
+            when decoded.column_ordinal is null then 'missing or invalid column_ordinal'
+        end as quarantine_reason
+    from decoded
+    left join change_tables
+        on decoded.object_id = change_tables.object_id
+)
+
+select * from final

@@ -1,0 +1,64 @@
+-- cdc.change_tables: one row per capture instance, from its latest landed export. start_lsn is
+-- the low end of the validity interval (sys.fn_cdc_get_min_lsn), which cleanup moves forward.
+with
+
+landed_rows as (
+    select * from {{ source('cdc_raw', 'landed_rows') }}
+    where landing_kind = 'cdc_metadata' and entity = 'change_tables'
+),
+
+decoded as (
+    select
+        -- ids
+        row_values['capture_instance'] as capture_instance,
+        try_cast(row_values['object_id'] as bigint) as object_id,
+        try_cast(row_values['source_object_id'] as bigint) as source_object_id,
+        -- lsns
+        {{ sqlserver_cdc.lsn_normalize("row_values['start_lsn']") }} as start_lsn,
+        -- strings
+        row_values['index_name'] as index_name,
+        -- booleans
+        try_cast(row_values['supports_net_changes'] as boolean) as supports_net_changes,
+        -- timestamps
+        {{ sqlserver_cdc.cast_from_text("row_values['create_date']", 'datetime') }} as create_date,
+        -- quarantine
+        nullif(concat_ws('; ',
+            case when row_values['capture_instance'] is null then 'missing capture_instance' end,
+            {{ sqlserver_cdc.lsn_invalid_reason("row_values['start_lsn']", 'start_lsn') }}
+        ), '') as quarantine_reason,
+        to_json(row_values) as landed_record,
+        _source_file,
+        _batch_id,
+        _ingested_at
+    from landed_rows
+),
+
+ranked as (
+    select
+        *,
+        row_number() over (
+            partition by lower(capture_instance), quarantine_reason is null
+            order by _ingested_at desc, start_lsn desc
+        ) as _rank
+    from decoded
+),
+
+final as (
+    select
+        capture_instance,
+        object_id,
+        source_object_id,
+        start_lsn,
+        index_name,
+        supports_net_changes,
+        create_date,
+        quarantine_reason,
+        case when quarantine_reason is not null then landed_record end as landed_record,
+        _source_file,
+        _batch_id,
+        _ingested_at
+    from ranked
+    where _rank = 1 or quarantine_reason is not null
+)
+
+select * from final

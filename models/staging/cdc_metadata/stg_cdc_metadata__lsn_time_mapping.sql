@@ -1,0 +1,59 @@
+-- cdc.lsn_time_mapping: commit LSN to commit time. Exports overlap, so each commit LSN is kept
+-- once (latest landed); rows with a bad LSN or time are kept with their quarantine reason.
+with
+
+landed_rows as (
+    select * from {{ source('cdc_raw', 'landed_rows') }}
+    where landing_kind = 'cdc_metadata' and entity = 'lsn_time_mapping'
+),
+
+decoded as (
+    select
+        -- lsns
+        {{ sqlserver_cdc.lsn_normalize("row_values['start_lsn']") }} as start_lsn,
+        {{ sqlserver_cdc.lsn_normalize("row_values['tran_begin_lsn']") }} as tran_begin_lsn,
+        -- strings
+        row_values['tran_id'] as tran_id,
+        -- timestamps
+        {{ sqlserver_cdc.cast_from_text("row_values['tran_begin_time']", 'datetime') }} as tran_begin_time,
+        {{ sqlserver_cdc.cast_from_text("row_values['tran_end_time']", 'datetime') }} as tran_end_time,
+        -- quarantine
+        nullif(concat_ws('; ',
+            {{ sqlserver_cdc.lsn_invalid_reason("row_values['start_lsn']", 'start_lsn') }},
+            {{ sqlserver_cdc.lsn_invalid_reason("row_values['tran_begin_lsn']", 'tran_begin_lsn', required=false) }},
+            {{ sqlserver_cdc.cast_invalid_reason("row_values['tran_end_time']", 'datetime', 'tran_end_time') }},
+            case when row_values['tran_end_time'] is null then 'missing tran_end_time' end
+        ), '') as quarantine_reason,
+        to_json(row_values) as landed_record,
+        _source_file,
+        _batch_id,
+        _ingested_at
+    from landed_rows
+),
+
+ranked as (
+    select
+        *,
+        row_number() over (
+            partition by start_lsn, quarantine_reason is null order by _ingested_at desc, _source_file desc
+        ) as _rank
+    from decoded
+),
+
+final as (
+    select
+        start_lsn,
+        tran_begin_lsn,
+        tran_id,
+        tran_begin_time,
+        tran_end_time,
+        quarantine_reason,
+        case when quarantine_reason is not null then landed_record end as landed_record,
+        _source_file,
+        _batch_id,
+        _ingested_at
+    from ranked
+    where _rank = 1 or quarantine_reason is not null
+)
+
+select * from final

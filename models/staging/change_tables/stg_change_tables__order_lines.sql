@@ -1,0 +1,1 @@
+{{ sqlserver_cdc.stage_change_table('order_lines') }}

@@ -1,0 +1,140 @@
+"""`python -m runner`: run the pipeline, the demo, or generate demo landing data.
+
+Exit codes: 0 success; 1 a model or test failed (or rows were quarantined with --strict);
+2 usage, configuration or infrastructure error. The last line says what failed and what to do.
+"""
+
+from __future__ import annotations
+
+import argparse
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+
+from runner import landing, report
+from runner.dbt import Dbt
+from runner.errors import EXIT_FAILED, EXIT_OK, PipelineFailed, RunnerError
+from runner.profile import load_target
+from runner.session import create_session
+
+PROJECT_DIR = Path(__file__).resolve().parent.parent
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m runner", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--project-dir", type=Path, default=PROJECT_DIR, help="the dbt project (default: this one)")
+        p.add_argument("--target", default=None, help="profiles.yml target (default: the profile's, 'local')")
+        p.add_argument("--landing", type=Path, default=None, help="landing folder (default: <project>/landing)")
+
+    run = sub.add_parser("run", help="land new files, build the marts for one LSN window, report")
+    common(run)
+    run.add_argument("--full-refresh", action="store_true", help="rebuild the marts from all landed changes")
+    run.add_argument("--select", nargs="+", default=[], help="dbt selection (default: everything)")
+    run.add_argument("--upper-lsn", default=None, help="cap the run's upper LSN (any LSN form)")
+    run.add_argument("--strict", action="store_true", help="exit 1 when this batch quarantined rows")
+
+    demo = sub.add_parser("demo", help="generate demo landing data (if absent) and run the pipeline")
+    common(demo)
+
+    gen = sub.add_parser("generate", help="write simulated landing data for the tracked tables")
+    common(gen)
+    gen.add_argument("--transactions", type=int, default=400)
+    gen.add_argument("--batches", type=int, default=2)
+    gen.add_argument("--seed", type=int, default=7)
+    return parser
+
+
+def _batch_id() -> str:
+    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ") + "-" + uuid.uuid4().hex[:6]
+
+
+def run_pipeline(spark, project_dir: Path, target, landing_dir: Path, *, select: list[str] = (),
+                 full_refresh: bool = False, upper_lsn: str | None = None, progress=None) -> list[dict]:
+    """Lands, builds and reports one run; returns the summary rows. Raises PipelineFailed."""
+    progress = progress or report.Progress()
+    batch_id = _batch_id()
+    progress.step(f"landing new files from {landing_dir} (batch {batch_id})")
+    counts = landing.land(spark, landing_dir, target.raw_schema, batch_id)
+    progress.step(f"landed {sum(counts.values())} records from {len(counts)} folders")
+    base_vars = {"cdc_raw_schema": target.raw_schema}
+    dbt = Dbt(project_dir, target.name, dict(base_vars))
+    if upper_lsn is None:
+        rows = dbt.query("{{ sqlserver_cdc.landed_high_water_mark() }}")
+        upper_lsn = rows[0]["upper_lsn"] if rows else None
+    else:
+        rows = dbt.query("select {{ sqlserver_cdc.lsn_normalize(\"'" + upper_lsn.replace("'", "") + "'\") }} as upper_lsn")
+        if not rows or rows[0]["upper_lsn"] is None:
+            raise PipelineFailed(f"--upper-lsn {upper_lsn} is not an LSN; give e.g. 0x0000002C00000300017C")
+        upper_lsn = rows[0]["upper_lsn"]
+    run_vars = {**base_vars, "cdc_run_id": batch_id}
+    if upper_lsn:
+        run_vars["cdc_upper_lsn"] = upper_lsn
+        progress.step(f"window: changes up to LSN 0x{upper_lsn} (one bound for every tracked table)")
+    else:
+        progress.step("window: no lsn_time_mapping landed yet, nothing to apply")
+    dbt.vars = run_vars
+    progress.step("dbt build" + (" --full-refresh" if full_refresh else ""))
+    failed = dbt.build(list(select), full_refresh)
+    summary = dbt.query(f"{{{{ sqlserver_cdc.run_summary('{batch_id}', '{batch_id}') }}}}")
+    report.print_table(report.summary_table(summary))
+    quarantined = sum(int(r["quarantined"]) for r in summary)
+    if quarantined:
+        progress.step(f"{quarantined} landed rows were quarantined in this batch: see the cdc_quarantine view "
+                      f"(where _batch_id = '{batch_id}')")
+    if failed:
+        raise PipelineFailed(
+            f"{len(failed)} dbt node(s) failed ({'; '.join(failed[:3])}); watermarks of the affected marts were "
+            "not advanced: fix the cause and re-run"
+        )
+    return summary
+
+
+def _landing_dir(args) -> Path:
+    return (args.landing or args.project_dir / "landing").resolve()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    progress = report.Progress()
+    try:
+        args.project_dir = args.project_dir.resolve()
+        target = load_target(args.project_dir, args.target)
+        if args.command == "generate":
+            return _generate(args, target, progress)
+        if args.command == "demo":
+            if not (_landing_dir(args) / "change_tables").exists():
+                _generate(args, target, progress, transactions=400, batches=2, seed=7)
+        progress.step(f"starting Spark (target {target.name})")
+        spark = create_session(target, args.project_dir)
+        summary = run_pipeline(
+            spark, args.project_dir, target, _landing_dir(args),
+            select=getattr(args, "select", []), full_refresh=getattr(args, "full_refresh", False),
+            upper_lsn=getattr(args, "upper_lsn", None), progress=progress,
+        )
+        if getattr(args, "strict", False) and any(int(r["quarantined"]) for r in summary):
+            progress.step("FAILED: rows were quarantined and --strict is set; inspect cdc_quarantine")
+            return EXIT_FAILED
+        if args.command == "demo":
+            progress.step("demo done: query the marts, e.g. `select * from cdc.customers_current`")
+        progress.step("OK")
+        return EXIT_OK
+    except RunnerError as exc:
+        progress.step(f"FAILED: {exc}")
+        return exc.exit_code
+
+
+def _generate(args, target, progress, transactions=None, batches=None, seed=None) -> int:
+    from runner import demo_data
+
+    landing_dir = _landing_dir(args)
+    progress.step(f"writing simulated landing data to {landing_dir}")
+    spark = create_session(target, args.project_dir)
+    demo_data.generate(
+        spark, args.project_dir, landing_dir,
+        transactions=transactions or args.transactions, batches=batches or args.batches, seed=seed or args.seed,
+    )
+    return EXIT_OK
+

@@ -1,0 +1,62 @@
+"""Invokes dbt in-process (dbtRunner), sequentially, on the SparkSession the runner created."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from runner.errors import InfrastructureError, PipelineFailed
+
+
+@dataclass
+class Dbt:
+    project_dir: Path
+    target: str
+    vars: dict[str, object] = field(default_factory=dict)
+    quiet: bool = False
+
+    def _args(self, command: list[str]) -> list[str]:
+        args = [
+            *command,
+            "--project-dir", str(self.project_dir),
+            "--profiles-dir", str(self.project_dir),
+            "--target", self.target,
+        ]
+        if self.vars:
+            args += ["--vars", json.dumps(self.vars)]
+        return args
+
+    def invoke(self, command: list[str], quiet: bool | None = None):
+        from dbt.cli.main import dbtRunner
+
+        flags = ["--quiet", "--log-level", "none"] if (self.quiet if quiet is None else quiet) else []
+        result = dbtRunner().invoke(flags + self._args(command))
+        if result.exception is not None:
+            raise InfrastructureError(f"dbt {command[0]} could not run: {result.exception}".splitlines()[0])
+        return result
+
+    def build(self, select: list[str], full_refresh: bool) -> list[str]:
+        """Runs `dbt build`; returns the failed nodes (empty when everything passed)."""
+        command = ["build"]
+        if select:
+            command += ["--select", *select]
+        if full_refresh:
+            command.append("--full-refresh")
+        result = self.invoke(command)
+        failed = [
+            f"{r.node.resource_type} {r.node.name}: {r.status}"
+            for r in (result.result or [])
+            if str(r.status) in ("error", "fail")
+        ]
+        if not result.success and not failed:
+            failed = ["dbt build reported failure (see the log above)"]
+        return failed
+
+    def query(self, sql: str) -> list[dict[str, object]]:
+        """Runs one SELECT (Jinja allowed, macros of the project available) through `dbt show`."""
+        result = self.invoke(["show", "--inline", sql, "--limit", "-1"], quiet=True)
+        if not result.success:
+            raise PipelineFailed(f"query failed: {sql.strip().splitlines()[0]}")
+        table = result.result.results[0].agate_table
+        return [dict(zip(table.column_names, row)) for row in table.rows]

@@ -1,0 +1,144 @@
+"""Writes a simulated history as landing files, the way exports of a real SQL Server look:
+change tables as Parquet (binary LSNs) or CSV / JSON lines (0x hex text), and the CDC
+metadata tables. One set of files per batch; the batch boundary may fall anywhere."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+import tempfile
+from datetime import datetime
+from decimal import Decimal
+from pathlib import Path
+
+from runner.simulate import ChangeRow, TableSpec, Transaction, lsn_hex
+
+CT_META = ("__$start_lsn", "__$end_lsn", "__$seqval", "__$operation", "__$update_mask")
+
+
+def _text(value: object) -> object:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, datetime):
+        return value.isoformat(sep=" ", timespec="milliseconds")
+    if isinstance(value, bytes):
+        return "0x" + value.hex().upper()
+    return str(value)
+
+
+def _change_record(table: TableSpec, row: ChangeRow, binary: bool) -> dict[str, object]:
+    def lsn(v: int) -> object:
+        return bytes.fromhex(lsn_hex(v)) if binary else "0x" + lsn_hex(v)
+
+    record: dict[str, object] = {
+        "__$start_lsn": lsn(row.start_lsn),
+        "__$end_lsn": None,
+        "__$seqval": lsn(row.seqval),
+        "__$operation": row.operation,
+        "__$update_mask": row.update_mask if binary else "0x" + row.update_mask.hex().upper(),
+    }
+    for c in table.columns:
+        record[c.name] = row.values[c.name]
+    record["__$command_id"] = row.command_id
+    return record
+
+
+def _spark_type(sql_type: str):
+    from pyspark.sql import types as T
+
+    t = sql_type.lower()
+    if t.startswith(("decimal", "numeric", "money")):
+        return T.DecimalType(19, 4)
+    return {
+        "int": T.IntegerType(), "bigint": T.LongType(), "smallint": T.ShortType(),
+        "tinyint": T.ShortType(), "bit": T.BooleanType(),
+    }.get(t.split("(")[0], T.TimestampType() if t.startswith(("datetime", "date")) else T.StringType())
+
+
+def _write_parquet(spark, path: Path, table: TableSpec, records: list[dict[str, object]]) -> None:
+    from pyspark.sql import types as T
+
+    fields = [
+        T.StructField("__$start_lsn", T.BinaryType()), T.StructField("__$end_lsn", T.BinaryType()),
+        T.StructField("__$seqval", T.BinaryType()), T.StructField("__$operation", T.IntegerType()),
+        T.StructField("__$update_mask", T.BinaryType()),
+        *[T.StructField(c.name, _spark_type(c.type)) for c in table.columns],
+        T.StructField("__$command_id", T.IntegerType()),
+    ]
+    rows = [tuple(r[f.name] for f in fields) for r in records]
+    with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
+        spark.createDataFrame(rows, T.StructType(fields)).coalesce(1).write.mode("overwrite").parquet(tmp + "/out")
+        part = next(Path(tmp, "out").glob("part-*.parquet"))
+        shutil.move(str(part), path)
+
+
+def _write_csv(path: Path, records: list[dict[str, object]], header: list[str]) -> None:
+    with path.open("w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=header)
+        writer.writeheader()
+        for r in records:
+            writer.writerow({k: _text(v) for k, v in r.items()})
+
+
+def _write_jsonl(path: Path, records: list[dict[str, object]]) -> None:
+    def default(v: object) -> object:
+        return float(v) if isinstance(v, Decimal) else _text(v)
+
+    with path.open("w", encoding="utf-8") as f:
+        for r in records:
+            f.write(json.dumps({k: (_text(v) if isinstance(v, (bytes, datetime, bool)) else v) for k, v in r.items()},
+                               default=default, ensure_ascii=False) + "\n")
+
+
+def write_batch(landing: Path, batch: str, tables: list[TableSpec], transactions: list[Transaction],
+                formats: dict[str, str], spark=None, min_lsn: dict[str, int] | None = None) -> None:
+    """Writes the change rows of `transactions` and their lsn_time_mapping rows as batch `batch`.
+    formats maps table name to 'parquet' | 'csv' | 'jsonl'. min_lsn (capture instance to LSN)
+    writes a cdc.change_tables export with that validity low end."""
+    for table in tables:
+        rows = [r for tx in transactions for r in tx.changes.get(table.name, [])]
+        if not rows:
+            continue
+        folder = landing / "change_tables" / table.capture_instance
+        folder.mkdir(parents=True, exist_ok=True)
+        fmt = formats.get(table.name, "csv")
+        records = [_change_record(table, r, binary=fmt == "parquet") for r in rows]
+        target = folder / f"{batch}.{fmt}"
+        if fmt == "parquet":
+            _write_parquet(spark, target, table, records)
+        elif fmt == "jsonl":
+            _write_jsonl(target, records)
+        else:
+            _write_csv(target, records, [*CT_META, *(c.name for c in table.columns), "__$command_id"])
+    mapping = landing / "cdc_metadata" / "lsn_time_mapping"
+    mapping.mkdir(parents=True, exist_ok=True)
+    _write_jsonl(mapping / f"{batch}.jsonl", [
+        {"start_lsn": "0x" + lsn_hex(tx.commit_lsn), "tran_begin_time": tx.begin_time, "tran_end_time": tx.end_time,
+         "tran_id": "0x" + f"{tx.begin_lsn:012X}", "tran_begin_lsn": "0x" + lsn_hex(tx.begin_lsn)}
+        for tx in transactions
+    ])
+    if min_lsn:
+        write_change_tables(landing, batch, tables, min_lsn)
+
+
+def write_change_tables(landing: Path, batch: str, tables: list[TableSpec], min_lsn: dict[str, int]) -> None:
+    folder = landing / "cdc_metadata" / "change_tables"
+    folder.mkdir(parents=True, exist_ok=True)
+    _write_csv(folder / f"{batch}.csv", [
+        {"object_id": 1000 + i, "capture_instance": t.capture_instance, "start_lsn": "0x" + lsn_hex(min_lsn[t.capture_instance]),
+         "supports_net_changes": 1, "index_name": "pk_" + t.name}
+        for i, t in enumerate(tables) if t.capture_instance in min_lsn
+    ], ["object_id", "capture_instance", "start_lsn", "supports_net_changes", "index_name"])
+
+
+def write_captured_columns(landing: Path, tables: list[TableSpec]) -> None:
+    folder = landing / "cdc_metadata" / "captured_columns"
+    folder.mkdir(parents=True, exist_ok=True)
+    _write_csv(folder / "captured_columns.csv", [
+        {"object_id": 1000 + i, "column_name": c.name, "column_id": c.ordinal, "column_type": c.type,
+         "column_ordinal": c.ordinal, "is_computed": 0}
+        for i, t in enumerate(tables) for c in t.columns
+    ], ["object_id", "column_name", "column_id", "column_type", "column_ordinal", "is_computed"])

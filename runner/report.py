@@ -1,0 +1,47 @@
+"""Progress lines and the closing summary table."""
+
+from __future__ import annotations
+
+import sys
+import time
+from decimal import Decimal
+
+import agate
+
+
+class Progress:
+    def __init__(self, stream=sys.stdout):
+        self.stream = stream
+        self.started = time.monotonic()
+
+    def step(self, message: str) -> None:
+        elapsed = time.monotonic() - self.started
+        print(f"[sqlserver_cdc {elapsed:6.1f}s] {message}", file=self.stream, flush=True)
+
+
+def _lag(seconds: object) -> str:
+    if seconds is None:
+        return "-"
+    s = int(Decimal(str(seconds)))
+    return f"{s // 3600}h{s % 3600 // 60:02d}m{s % 60:02d}s" if s >= 60 else f"{s}s"
+
+
+def summary_table(rows: list[dict[str, object]]) -> agate.Table:
+    names = ["tracked table", "rows landed", "quarantined", "changes applied", "LSN reached", "lag behind capture"]
+    types = [agate.Text(), agate.Number(), agate.Number(), agate.Number(), agate.Text(), agate.Text()]
+    data = [
+        (
+            r["tracked_table"],
+            r["rows_landed"],
+            r["quarantined"],
+            r["changes_applied"],
+            ("0x" + str(r["lsn_reached"])) if r["lsn_reached"] else "-",
+            _lag(r["lag_seconds"]) + ("" if r["advanced"] else " (not advanced)"),
+        )
+        for r in rows
+    ]
+    return agate.Table(data, names, types)
+
+
+def print_table(table: agate.Table, stream=sys.stdout) -> None:
+    table.print_table(max_column_width=40, output=stream)

@@ -1,0 +1,58 @@
+"""Creates the one SparkSession of a run, with the profile's settings, before dbt starts:
+dbt-spark's session method then reuses it (SparkSession.builder.getOrCreate)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from runner.errors import InfrastructureError
+from runner.profile import Target
+
+
+def check_java() -> None:
+    java = shutil.which("java", path=os.environ.get("PATH"))
+    if java is None and os.environ.get("JAVA_HOME"):
+        candidate = Path(os.environ["JAVA_HOME"]) / "bin" / "java"
+        java = str(candidate) if candidate.exists() else None
+    if java is None:
+        raise InfrastructureError(
+            "java not found: Spark needs Java 17 (install e.g. openjdk-17-jre-headless and retry)"
+        )
+    out = subprocess.run([java, "-version"], capture_output=True, text=True).stderr
+    if '"1.8' in out or '"11.' in out:
+        raise InfrastructureError(f"Spark 4 needs Java 17 or newer; found: {out.splitlines()[0]}")
+
+
+def create_session(target: Target, project_dir: Path):
+    """Returns a SparkSession configured from the target (local session targets only)."""
+    if target.method != "session":
+        raise InfrastructureError(
+            f"target '{target.name}' uses method '{target.method}': the runner drives "
+            "session targets only for now"
+        )
+    check_java()
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName("sqlserver_cdc").enableHiveSupport()
+    for key, value in target.spark_conf.items():
+        builder = builder.config(key, value)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    state_dir = Path(os.environ.get("SQLSERVER_CDC_STATE_DIR", ".state"))
+    (state_dir if state_dir.is_absolute() else project_dir / state_dir).mkdir(parents=True, exist_ok=True)
+    cwd = Path.cwd()
+    try:
+        os.chdir(project_dir)  # relative state paths in the profile are relative to the project
+        spark = builder.getOrCreate()
+    except Exception as exc:  # noqa: BLE001 - Spark start-up fails in many ways; all are infra
+        raise InfrastructureError(f"Spark did not start: {exc}".splitlines()[0]) from exc
+    finally:
+        os.chdir(cwd)
+    spark.sparkContext.setLogLevel("ERROR")
+    # PySpark 4 logs every failed statement with its JVM stack trace as JSON; dbt already
+    # reports the error of a failing model in one readable block.
+    logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
+    return spark
