@@ -1,8 +1,10 @@
 {#- Current-state mart (SCD type 1) of a tracked table: one row per key with the captured columns,
     the commit LSN, commit time and operation of the change that produced it. Deleted keys
     disappear, or stay with is_deleted = true when the table declares soft_deletes: true.
-    Incremental: the window's net changes per key are applied to the partitions they touch; a
-    change only replaces a row with a lower or equal commit LSN, so re-running a window is a no-op. -#}
+    operation is the net operation of the last transaction that changed the key (so it does not
+    depend on how runs cut the change stream). Incremental: each key's latest transaction in the
+    window replaces the stored row in the partitions the window touches, only if it is not older,
+    so re-running a window changes nothing. -#}
 {% macro current_state(table_name) -%}
     {{ return(adapter.dispatch('current_state', 'sqlserver_cdc')(table_name)) }}
 {%- endmacro %}
@@ -20,8 +22,9 @@ changes as (
     {{ sqlserver_cdc._mart_changes(t) }}
 ),
 
-net as (
-    select * from {{ sqlserver_cdc.net_changes('changes', t.key, columns, 'all', extra_columns=['commit_time']) }}
+transactions as (
+    select * from {{ sqlserver_cdc.net_changes('changes', t.key + ['commit_lsn'], columns, 'all',
+        extra_columns=['commit_time']) }}
 ),
 
 applied as (
@@ -35,7 +38,7 @@ applied as (
         operation_code = 1 as is_deleted,
         {{ sqlserver_cdc._bucket(t) }} as _bucket,
         1 as _priority
-    from net
+    from transactions
 ),
 
 candidates as (
