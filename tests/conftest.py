@@ -63,17 +63,18 @@ def pipeline(spark, tmp_path):
     return Pipeline(spark, schema, landing)
 
 
-def compile_sql(sql: str, vars: dict | None = None) -> str:
+def compile_sql(sql: str, vars: dict | None = None, project_dir: Path = PROJECT_DIR) -> str:
     """Compiles a Jinja SQL snippet in the project (its macros available) to plain Spark SQL."""
     from dbt.cli.main import dbtRunner
 
-    args = ["--quiet", "--log-level", "none", "compile", "--inline", sql, "--project-dir", str(PROJECT_DIR),
-            "--profiles-dir", str(PROJECT_DIR), "--target", "local"]
+    args = ["--quiet", "--log-level", "none", "compile", "--inline", sql, "--project-dir", str(project_dir),
+            "--profiles-dir", str(project_dir), "--target", "local"]
     if vars:
         args += ["--vars", json.dumps(vars)]
     result = dbtRunner().invoke(args)
     if not result.success:
-        raise AssertionError(f"dbt compile failed: {result.exception}")
+        cause = result.exception.__context__ or result.exception
+        raise AssertionError(f"dbt compile failed: {cause}")
     return result.result.results[0].node.compiled_code
 
 
@@ -81,7 +82,31 @@ def compile_sql(sql: str, vars: dict | None = None) -> str:
 def render(spark):
     """Compile a Jinja SQL snippet and run it on the shared session; rows as dicts."""
 
-    def _render(sql: str, vars: dict | None = None) -> list[dict]:
-        return [r.asDict(recursive=True) for r in spark.sql(compile_sql(sql, vars)).collect()]
+    def _render(sql: str, vars: dict | None = None, project_dir: Path = PROJECT_DIR) -> list[dict]:
+        return [r.asDict(recursive=True) for r in spark.sql(compile_sql(sql, vars, project_dir)).collect()]
 
     return _render
+
+
+STAGING_MACROS = {"change_tables": "stage_change_table"}
+
+
+def copy_project(destination: Path, extra_tables: dict[str, dict]) -> Path:
+    """A copy of the project with more tracked tables declared and their thin model files added,
+    exactly as README's "Declaring a tracked table" tells a user to do."""
+    import yaml
+
+    ignore = shutil.ignore_patterns(".venv", ".state", "landing", "target", "logs", "tests", ".git", "*.egg-info")
+    shutil.copytree(PROJECT_DIR, destination, ignore=ignore)
+    config = yaml.safe_load((destination / "dbt_project.yml").read_text())
+    config["vars"]["cdc_tracked_tables"].update(extra_tables)
+    (destination / "dbt_project.yml").write_text(yaml.safe_dump(config, sort_keys=False))
+    for name, table in extra_tables.items():
+        (destination / "models/staging" / table["channel"] / f"stg_{table['channel']}__{name}.sql").write_text(
+            f"{{{{ sqlserver_cdc.{STAGING_MACROS[table['channel']]}('{name}') }}}}\n")
+        (destination / "models/marts" / name).mkdir(parents=True, exist_ok=True)
+        (destination / "models/marts" / name / f"{name}_current.sql").write_text(
+            f"{{{{ sqlserver_cdc.current_state('{name}') }}}}\n")
+        (destination / "models/marts" / name / f"{name}_history.sql").write_text(
+            f"{{{{ sqlserver_cdc.history('{name}') }}}}\n")
+    return destination
