@@ -2,46 +2,27 @@
 -- and the CDC metadata. Good rows of the same files flow on; these wait here for a person.
 {%- set staged = [] %}
 {%- for name, table in var('cdc_tracked_tables', {}).items() %}
-    {%- do staged.append((name, 'stg_' ~ table.channel ~ '__' ~ name)) %}
+    {%- do staged.append(("'" ~ name ~ "'", 'stg_' ~ table.channel ~ '__' ~ name)) %}
 {%- endfor %}
+{%- do staged.append(('cast(null as string)', 'stg_cdc_metadata__lsn_time_mapping')) %}
+{%- do staged.append(('cast(null as string)', 'stg_cdc_metadata__change_tables')) %}
+
 with
 
-{% for name, model in staged -%}
-{{ model }} as (
-    select
-        '{{ name }}' as tracked_table,
-        quarantine_reason,
-        landed_record,
-        _source_file,
-        _batch_id,
-        _ingested_at
-    from {{ ref(model) }}
-    where quarantine_reason is not null
-),
-
-{% endfor -%}
-
-{% for model in ['stg_cdc_metadata__lsn_time_mapping', 'stg_cdc_metadata__change_tables'] -%}
-{{ model }} as (
-    select
-        cast(null as string) as tracked_table,
-        quarantine_reason,
-        landed_record,
-        _source_file,
-        _batch_id,
-        _ingested_at
-    from {{ ref(model) }}
-    where quarantine_reason is not null
-),
-
-{% endfor -%}
-
 final as (
-    {%- for model in (staged | map(attribute=1) | list) + ['stg_cdc_metadata__lsn_time_mapping', 'stg_cdc_metadata__change_tables'] %}
-    select * from {{ model }}
-    {%- if not loop.last %}
-    union all
-    {%- endif %}
+    {%- for tracked_table, model in staged %}
+        select
+            {{ tracked_table }} as tracked_table,
+            quarantine_reason,
+            landed_record,
+            _source_file,
+            _batch_id,
+            _ingested_at
+        from {{ ref(model) }}
+        where quarantine_reason is not null
+        {%- if not loop.last %}
+            union all
+        {%- endif %}
     {%- endfor %}
 )
 

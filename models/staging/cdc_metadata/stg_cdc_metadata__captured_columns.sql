@@ -9,7 +9,9 @@ landed_rows as (
 ),
 
 change_tables as (
-    select object_id, capture_instance
+    select
+        object_id,
+        capture_instance
     from {{ ref('stg_cdc_metadata__change_tables') }}
     where quarantine_reason is null
 ),

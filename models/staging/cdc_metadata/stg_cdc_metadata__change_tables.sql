@@ -22,7 +22,8 @@ decoded as (
         -- timestamps
         {{ sqlserver_cdc.cast_from_text("row_values['create_date']", 'datetime') }} as create_date,
         -- quarantine
-        nullif(concat_ws('; ',
+        nullif(concat_ws(
+            '; ',
             case when row_values['capture_instance'] is null then 'missing capture_instance' end,
             {{ sqlserver_cdc.lsn_invalid_reason("row_values['start_lsn']", 'start_lsn') }}
         ), '') as quarantine_reason,

@@ -18,7 +18,8 @@ decoded as (
         {{ sqlserver_cdc.cast_from_text("row_values['tran_begin_time']", 'datetime') }} as tran_begin_time,
         {{ sqlserver_cdc.cast_from_text("row_values['tran_end_time']", 'datetime') }} as tran_end_time,
         -- quarantine
-        nullif(concat_ws('; ',
+        nullif(concat_ws(
+            '; ',
             {{ sqlserver_cdc.lsn_invalid_reason("row_values['start_lsn']", 'start_lsn') }},
             {{ sqlserver_cdc.lsn_invalid_reason("row_values['tran_begin_lsn']", 'tran_begin_lsn', required=false) }},
             {{ sqlserver_cdc.cast_invalid_reason("row_values['tran_end_time']", 'datetime', 'tran_end_time') }},

@@ -1,0 +1,28 @@
+-- Every captured column declared in var cdc_tracked_tables must have the ordinal SQL Server
+-- reports in cdc.captured_columns (when that metadata was landed): a wrong ordinal would make
+-- every update-mask answer wrong. Fails with the disagreeing columns.
+with
+
+declared as (
+    {%- set rows = [] %}
+    {%- for name, table in var('cdc_tracked_tables', {}).items() %}
+    {%- for column in table.columns %}
+    {%- do rows.append("select '" ~ table.capture_instance | lower ~ "' as capture_instance, '"
+        ~ column.name | lower ~ "' as column_name, " ~ column.ordinal ~ " as declared_ordinal") %}
+    {%- endfor %}
+    {%- endfor %}
+    {{ rows | join('\n    union all\n    ') }}
+),
+
+landed as (
+    select lower(capture_instance) as capture_instance, lower(column_name) as column_name, column_ordinal
+    from {{ ref('stg_cdc_metadata__captured_columns') }}
+    where quarantine_reason is null
+)
+
+select declared.*, landed.column_ordinal as landed_ordinal
+from declared
+inner join landed
+    on declared.capture_instance = landed.capture_instance
+    and declared.column_name = landed.column_name
+where declared.declared_ordinal != landed.column_ordinal
