@@ -104,9 +104,9 @@ def main(argv: list[str] | None = None) -> int:
         target = load_target(args.project_dir, args.target)
         if args.command == "generate":
             return _generate(args, target, progress)
-        if args.command == "demo":
-            if not (_landing_dir(args) / "change_tables").exists():
-                _generate(args, target, progress, transactions=400, batches=2, seed=7)
+        if args.command == "demo" and not (_landing_dir(args) / "change_tables").exists():
+            _generate(args, target, progress, transactions=400, batches=2, seed=7)
+        landing.discover(_landing_dir(args))  # a missing landing folder is a usage error: fail before Spark
         progress.step(f"starting Spark (target {target.name})")
         spark = create_session(target, args.project_dir)
         summary = run_pipeline(

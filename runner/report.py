@@ -27,8 +27,10 @@ def _lag(seconds: object) -> str:
 
 
 def summary_table(rows: list[dict[str, object]]) -> agate.Table:
-    names = ["tracked table", "rows landed", "quarantined", "changes applied", "LSN reached", "lag behind capture"]
-    types = [agate.Text(), agate.Number(), agate.Number(), agate.Number(), agate.Text(), agate.Text()]
+    names = ["tracked table", "rows landed", "quarantined", "changes applied", "LSN reached", "lag behind capture",
+             "current rows", "history versions"]
+    types = [agate.Text(), agate.Number(), agate.Number(), agate.Number(), agate.Text(), agate.Text(),
+             agate.Number(), agate.Number()]
     data = [
         (
             r["tracked_table"],
@@ -37,6 +39,8 @@ def summary_table(rows: list[dict[str, object]]) -> agate.Table:
             r["changes_applied"],
             ("0x" + str(r["lsn_reached"])) if r["lsn_reached"] else "-",
             _lag(r["lag_seconds"]) + ("" if r["advanced"] else " (not advanced)"),
+            r["current_rows"],
+            r["history_versions"],
         )
         for r in rows
     ]

@@ -22,7 +22,7 @@ def check_java() -> None:
         raise InfrastructureError(
             "java not found: Spark needs Java 17 (install e.g. openjdk-17-jre-headless and retry)"
         )
-    out = subprocess.run([java, "-version"], capture_output=True, text=True).stderr
+    out = subprocess.run([java, "-version"], capture_output=True, text=True, check=False).stderr
     if '"1.8' in out or '"11.' in out:
         raise InfrastructureError(f"Spark 4 needs Java 17 or newer; found: {out.splitlines()[0]}")
 
@@ -47,7 +47,7 @@ def create_session(target: Target, project_dir: Path):
     try:
         os.chdir(project_dir)  # relative state paths in the profile are relative to the project
         spark = builder.getOrCreate()
-    except Exception as exc:  # noqa: BLE001 - Spark start-up fails in many ways; all are infra
+    except Exception as exc:  # Spark start-up fails in many ways; all are infrastructure
         raise InfrastructureError(f"Spark did not start: {exc}".splitlines()[0]) from exc
     finally:
         os.chdir(cwd)

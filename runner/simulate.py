@@ -155,7 +155,9 @@ class Simulator:
         for _ in range(statements or self.rng.randint(1, 4)):
             self._statement(tx, self.rng.choice(list(self.tables.values())))
         tx.commit_lsn = self._lsn()
-        tx.end_time = self.clock + timedelta(milliseconds=self.rng.randint(0, 50))
+        # commit order is LSN order is commit-time order
+        previous = self.transactions[-1].end_time if self.transactions else self.clock
+        tx.end_time = max(previous + timedelta(milliseconds=1), self.clock + timedelta(milliseconds=self.rng.randint(0, 50)))
         for rows in tx.changes.values():
             for r in rows:
                 r.start_lsn = tx.commit_lsn

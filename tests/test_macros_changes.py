@@ -88,7 +88,7 @@ def _history(seed: int, n_transactions: int):
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_all_and_net_changes_agree_with_the_reference_on_random_histories(spark, seed):
-    sim, rows = _history(seed, 700)
+    _, rows = _history(seed, 700)
     assert len(rows) > 1500
     mask_len = (len(NAMES) + 7) // 8
     spark.createDataFrame(

@@ -3,6 +3,8 @@ the expected marts computed in Python."""
 
 from __future__ import annotations
 
+import pytest
+
 from runner import landing_writer
 from runner.project import tracked_tables
 from runner.simulate import Simulator, lsn_hex
@@ -115,3 +117,41 @@ def test_malformed_rows_are_quarantined_and_good_rows_flow(pipeline):
     assert {r["_source_file"] for r in reasons} == {"change_tables/sales_order_lines/bad.csv"}
     assert good.values["order_id"] is not None
     _check_marts(pipeline, sim, txs[-1].commit_lsn)
+
+
+def test_lsn_time_mapping_macros_and_window_validation(pipeline, render):
+    sim = Simulator(TABLES, seed=31)
+    txs = sim.run(25)
+    _land(pipeline, sim, txs, "b1", first=True)
+    pipeline.run()
+    t = txs[10]
+    at = f"timestamp'{t.end_time.isoformat(sep=' ')}'"
+    rows = render(
+        "select {{ sqlserver_cdc.max_lsn() }} as max_lsn, {{ sqlserver_cdc.min_lsn('DBO_Customers') }} as min_lsn,"
+        f" {{{{ sqlserver_cdc.map_lsn_to_time(\"'{lsn_hex(t.commit_lsn)}'\") }}}} as commit_time,"
+        + ", ".join(
+            f"{{{{ sqlserver_cdc.map_time_to_lsn('{relation}', \"{at}\") }}}} as r{i}"
+            for i, relation in enumerate(["largest less than", "largest less than or equal",
+                                          "smallest greater than", "smallest greater than or equal"])
+        )
+    )
+    assert rows == [{
+        "max_lsn": lsn_hex(txs[-1].commit_lsn),
+        "min_lsn": lsn_hex(txs[0].begin_lsn),
+        "commit_time": t.end_time,
+        "r0": lsn_hex(txs[9].commit_lsn),
+        "r1": lsn_hex(t.commit_lsn),
+        "r2": lsn_hex(txs[11].commit_lsn),
+        "r3": lsn_hex(t.commit_lsn),
+    }]
+    query = (
+        "select count(*) as n from {{ sqlserver_cdc.net_changes(ref('stg_change_tables__customers'), ['customer_id'],"
+        " ['customer_id'], 'all', \"'%s'\", \"'%s'\", 'dbo_customers') }}"
+    )
+    inside = render(query % (lsn_hex(txs[0].begin_lsn), lsn_hex(txs[-1].commit_lsn)))
+    assert inside[0]["n"] > 0
+    with pytest.raises(Exception, match="outside the validity interval of capture instance dbo_customers") as error:
+        render(query % ("0000002C000000000000", lsn_hex(txs[-1].commit_lsn)))
+    assert f"[{lsn_hex(txs[0].begin_lsn)}, {lsn_hex(txs[-1].commit_lsn)}]" in str(error.value)
+    with pytest.raises(Exception, match="not captured yet"):
+        render(query % (lsn_hex(txs[0].begin_lsn), "FFFF0000000000000000"))

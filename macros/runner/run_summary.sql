@@ -1,7 +1,7 @@
 {#- Used by the runner after a build: one row per tracked table with the rows landed and
     quarantined in this batch, the changes applied by this run (between the current-state mart's
     previous and new watermark), the LSN reached and how far its commit time lags the capture
-    high-water mark (seconds). -#}
+    high-water mark (seconds), and the size of both marts. -#}
 {% macro run_summary(batch_id, run_id) -%}
     {%- set mapping = ref('stg_cdc_metadata__lsn_time_mapping') -%}
     {%- set watermarks = sqlserver_cdc.watermark_relation() -%}
@@ -13,7 +13,9 @@
         counts.changes_applied,
         coalesce(w.after_lsn, nullif(w.before_lsn, '')) as lsn_reached,
         w.after_lsn is not null as advanced,
-        cast(unix_timestamp(hwm.commit_time) - unix_timestamp(reached.commit_time) as bigint) as lag_seconds
+        cast(unix_timestamp(hwm.commit_time) - unix_timestamp(reached.commit_time) as bigint) as lag_seconds,
+        (select count(*) from {{ ref(name ~ '_current') }}) as current_rows,
+        (select count(*) from {{ ref(name ~ '_history') }}) as history_versions
     from (
         select
             coalesce(max_by(watermark_lsn, recorded_at) filter (where invocation_id != '{{ run_id }}'), '') as before_lsn,
