@@ -45,7 +45,7 @@ class Dbt:
             command.append("--full-refresh")
         result = self.invoke(command)
         failed = [
-            f"{r.node.resource_type} {r.node.name}: {r.status}"
+            f"{r.node.resource_type} {r.node.name}: {r.status}" + _first_error_line(r.message)
             for r in (result.result or [])
             if str(r.status) in ("error", "fail")
         ]
@@ -60,3 +60,13 @@ class Dbt:
             raise PipelineFailed(f"query failed: {sql.strip().splitlines()[0]}")
         table = result.result.results[0].agate_table
         return [dict(zip(table.column_names, row)) for row in table.rows]
+
+
+def _first_error_line(message: str | None) -> str:
+    """The line of a dbt error message that says what happened (Spark prefixes its own)."""
+    lines = [line.strip() for line in (message or "").splitlines() if line.strip()]
+    for line in lines:
+        if "gap detected" in line or "validity interval" in line:
+            return " - " + line[line.find("gap detected") if "gap detected" in line else 0:]
+    useful = [line for line in lines if line not in ("Runtime Error", "Database Error")]
+    return (" - " + useful[0][:300]) if useful else ""

@@ -94,10 +94,12 @@ def _write_jsonl(path: Path, records: list[dict[str, object]]) -> None:
 
 
 def write_batch(landing: Path, batch: str, tables: list[TableSpec], transactions: list[Transaction],
-                formats: dict[str, str], spark=None, min_lsn: dict[str, int] | None = None) -> None:
-    """Writes the change rows of `transactions` and their lsn_time_mapping rows as batch `batch`.
-    formats maps table name to 'parquet' | 'csv' | 'jsonl'. min_lsn (capture instance to LSN)
-    writes a cdc.change_tables export with that validity low end."""
+                formats: dict[str, str], spark=None, min_lsn: dict[str, int] | None = None,
+                mapped: list[Transaction] | None = None) -> None:
+    """Writes the change rows of `transactions` and the lsn_time_mapping rows of `mapped`
+    (default: the same transactions) as batch `batch`. formats maps table name to 'parquet' |
+    'csv' | 'jsonl'. min_lsn (capture instance to LSN) writes a cdc.change_tables export with
+    that validity low end."""
     for table in tables:
         rows = [r for tx in transactions for r in tx.changes.get(table.name, [])]
         if not rows:
@@ -118,7 +120,7 @@ def write_batch(landing: Path, batch: str, tables: list[TableSpec], transactions
     _write_jsonl(mapping / f"{batch}.jsonl", [
         {"start_lsn": "0x" + lsn_hex(tx.commit_lsn), "tran_begin_time": tx.begin_time, "tran_end_time": tx.end_time,
          "tran_id": "0x" + f"{tx.begin_lsn:012X}", "tran_begin_lsn": "0x" + lsn_hex(tx.begin_lsn)}
-        for tx in transactions
+        for tx in (transactions if mapped is None else mapped)
     ])
     if min_lsn:
         write_change_tables(landing, batch, tables, min_lsn)

@@ -148,12 +148,14 @@ class Simulator:
         return sum(len(v) for v in tx.changes.values()) + 1
 
     # ---- transactions -------------------------------------------------------------------
-    def transaction(self, statements: int | None = None) -> Transaction:
+    def transaction(self, statements: int | None = None, kinds: tuple[str, ...] | None = None) -> Transaction:
+        """One committed transaction of `statements` random statements (of `kinds` only, when
+        given: insert, update, delete, reinsert, pk_update)."""
         begin = self._lsn()
         self.clock += timedelta(milliseconds=self.rng.randint(5, 4000))
         tx = Transaction(0, begin, self.clock, self.clock)
         for _ in range(statements or self.rng.randint(1, 4)):
-            self._statement(tx, self.rng.choice(list(self.tables.values())))
+            self._statement(tx, self.rng.choice(list(self.tables.values())), kinds)
         tx.commit_lsn = self._lsn()
         # commit order is LSN order is commit-time order
         previous = self.transactions[-1].end_time if self.transactions else self.clock
@@ -164,13 +166,15 @@ class Simulator:
         self.transactions.append(tx)
         return tx
 
-    def _statement(self, tx: Transaction, table: TableSpec) -> None:
+    def _statement(self, tx: Transaction, table: TableSpec, kinds: tuple[str, ...] | None = None) -> None:
         rng, live = self.rng, self.state[table.name]
-        kind = rng.choices(("insert", "update", "delete", "reinsert", "pk_update"), (35, 40, 12, 6, 7))[0]
-        if kind != "insert" and not live:
-            kind = "insert"
+        weights = {"insert": 35, "update": 40, "delete": 12, "reinsert": 6, "pk_update": 7}
+        allowed = [k for k in weights if kinds is None or k in kinds]
+        kind = rng.choices(allowed, [weights[k] for k in allowed])[0]
+        if kind in ("update", "delete", "pk_update") and not live:
+            return  # nothing to change in this table yet
         if kind == "reinsert" and not self.deleted[table.name]:
-            kind = "insert"
+            return
         if kind == "insert":
             for _ in range(rng.randint(1, 3)):  # multi-row INSERT
                 key = self._new_key(table)

@@ -1,0 +1,155 @@
+"""Mart behaviour at the edges: batch boundaries inside a transaction's rows, empty and
+delete-only batches, re-inserts and key changes, gap detection, runs killed at any point,
+time travel."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from runner import landing_writer
+from runner.dbt import Dbt
+from runner.errors import PipelineFailed
+from runner.simulate import Simulator, lsn_hex
+from tests.test_pipeline import FORMATS, TABLES, _check_marts, _land
+
+
+def _split(tx, n_rows):
+    """Two partial copies of a transaction: its first n change rows and the rest."""
+    first, rest = copy.copy(tx), copy.copy(tx)
+    rows = [(name, r) for name, table_rows in tx.changes.items() for r in table_rows]
+    first.changes, rest.changes = {}, {}
+    for i, (name, r) in enumerate(rows):
+        (first if i < n_rows else rest).changes.setdefault(name, []).append(r)
+    return first, rest
+
+
+def test_batch_boundary_inside_a_transaction_waits_for_its_commit(pipeline):
+    sim = Simulator(TABLES, seed=41)
+    txs = sim.run(30)
+    big = sim.transaction(statements=6)
+    head, tail = _split(big, 3)
+    landing_writer.write_captured_columns(pipeline.landing, TABLES)
+    # batch 1: 30 transactions and the first rows of a 31st whose commit is not mapped yet
+    landing_writer.write_batch(pipeline.landing, "b1", TABLES, [*txs, head], FORMATS, spark=pipeline.spark,
+                               min_lsn={t.capture_instance: txs[0].begin_lsn for t in TABLES}, mapped=txs)
+    summary = pipeline.run()
+    assert {r["lsn_reached"] for r in summary} == {lsn_hex(txs[-1].commit_lsn)}
+    _check_marts(pipeline, sim, txs[-1].commit_lsn)
+    landing_writer.write_batch(pipeline.landing, "b2", TABLES, [tail], FORMATS, spark=pipeline.spark, mapped=[big])
+    pipeline.run()
+    _check_marts(pipeline, sim, big.commit_lsn)
+
+
+def test_empty_delete_only_reinsert_and_key_change_batches(pipeline):
+    sim = Simulator(TABLES, seed=43)
+    _land(pipeline, sim, sim.run(40), "b1", first=True)
+    pipeline.run()
+    pipeline.run()  # an empty batch: nothing landed, nothing changes
+    _check_marts(pipeline, sim, sim.transactions[-1].commit_lsn)
+    batches = {
+        "deletes": ("delete",),
+        "reinserts": ("reinsert",),
+        "key_changes": ("pk_update",),
+        "mixed": None,
+    }
+    for name, kinds in batches.items():
+        txs = [sim.transaction(statements=2, kinds=kinds) for _ in range(6)]
+        operations = {r.operation for tx in txs for rows in tx.changes.values() for r in rows}
+        expected = {"deletes": {1}, "reinserts": {2}, "key_changes": {1, 2}}.get(name)
+        assert expected is None or operations == expected, (name, operations)
+        _land(pipeline, sim, txs, name)
+        pipeline.run()
+        _check_marts(pipeline, sim, txs[-1].commit_lsn)
+
+
+def test_gap_stops_the_run_naming_table_range_and_remedy(pipeline):
+    sim = Simulator(TABLES, seed=47)
+    first = sim.run(20)
+    _land(pipeline, sim, first, "b1", first=True)
+    pipeline.run()
+    # The mart fell behind: cleanup moved the low end of dbo_customers past changes never landed.
+    lost = sim.run(10)
+    later = sim.run(10)
+    landing_writer.write_batch(pipeline.landing, "b3", TABLES, later, FORMATS, spark=pipeline.spark,
+                               min_lsn={t.capture_instance: later[0].begin_lsn for t in TABLES})
+    with pytest.raises(PipelineFailed) as failure:
+        pipeline.run()
+    message = str(failure.value)
+    needed = f"{first[-1].commit_lsn + 1:020X}"
+    assert f"gap detected for tracked table customers (customers_current): it needs changes from LSN {needed}" in message
+    assert f"now starts at {lsn_hex(later[0].begin_lsn)}" in message
+    assert "python -m runner run --full-refresh" in message
+    assert lost  # the changes that were lost
+    # the marts keep the state they had; the watermark did not move
+    _check_marts(pipeline, sim, first[-1].commit_lsn)
+    rows = pipeline.rows("select max_by(watermark_lsn, recorded_at) as w from {s}.cdc_watermarks "
+                         "where model_name = 'customers_current'")
+    assert rows == [{"w": lsn_hex(first[-1].commit_lsn)}]
+
+
+def test_a_run_killed_at_any_point_and_rerun_gives_the_same_marts(pipeline, monkeypatch):
+    sim = Simulator(TABLES, seed=53)
+    _land(pipeline, sim, sim.run(30), "b1", first=True)
+    pipeline.run()
+
+    # 1. killed after landing, before dbt ran
+    _land(pipeline, sim, sim.run(15), "b2")
+    monkeypatch.setattr(Dbt, "build", lambda self, select, full_refresh: (_ for _ in ()).throw(KeyboardInterrupt()))
+    with pytest.raises(KeyboardInterrupt):
+        pipeline.run()
+    monkeypatch.undo()
+    pipeline.run()
+    _check_marts(pipeline, sim, sim.transactions[-1].commit_lsn)
+
+    # 2. killed mid-build: one mart written (and its watermark advanced), the others not
+    _land(pipeline, sim, sim.run(15), "b3")
+    original = Dbt.build
+
+    def partial_build(self, select, full_refresh):
+        original(self, ["customers_current", "order_lines_history"], full_refresh)
+        raise KeyboardInterrupt()
+
+    monkeypatch.setattr(Dbt, "build", partial_build)
+    with pytest.raises(KeyboardInterrupt):
+        pipeline.run()
+    monkeypatch.undo()
+    pipeline.run()
+    _check_marts(pipeline, sim, sim.transactions[-1].commit_lsn)
+
+    # 3. killed after the marts were written, before the on-run-end hook recorded watermarks
+    _land(pipeline, sim, sim.run(15), "b4")
+    pipeline.run()
+    _forget_last_watermarks(pipeline)
+    pipeline.run()
+    _check_marts(pipeline, sim, sim.transactions[-1].commit_lsn)
+
+
+def _forget_last_watermarks(pipeline):
+    """Rewrites the (parquet, append-only) watermark table without its latest run's rows."""
+    table = f"{pipeline.schema}.cdc_watermarks"
+    kept = pipeline.spark.sql(
+        f"select * from {table} where invocation_id != (select max_by(invocation_id, recorded_at) from {table})"
+    ).collect()
+    pipeline.spark.sql(f"truncate table {table}")
+    if kept:
+        pipeline.spark.createDataFrame(kept).write.insertInto(table)
+
+
+def test_as_of_returns_the_state_at_an_lsn_or_a_time(pipeline, render):
+    from tests.expected import current_state
+
+    sim = Simulator(TABLES, seed=59)
+    txs = sim.run(40)
+    _land(pipeline, sim, txs, "b1", first=True)
+    pipeline.run()
+    spec = next(t for t in TABLES if t.name == "order_lines")
+    for tx in (txs[5], txs[22], txs[-1]):
+        expected = current_state(spec, sim.transactions, tx.commit_lsn)
+        by_lsn = render(f"select * from {{{{ sqlserver_cdc.as_of('order_lines', lsn=\"'{lsn_hex(tx.commit_lsn)}'\") }}}}")
+        at = f"timestamp'{tx.end_time.isoformat(sep=' ')}'"
+        by_time = render(f"select * from {{{{ sqlserver_cdc.as_of('order_lines', at=\"{at}\") }}}}")
+        for got in (by_lsn, by_time):
+            assert {(r["order_id"], r["line_no"]): r["quantity"] for r in got} == \
+                {k: v["quantity"] for k, v in expected.items()}
