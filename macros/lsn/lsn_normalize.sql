@@ -3,12 +3,12 @@
     'xxxxxxxx:xxxxxxxx:xxxx', CES logicalid '<guid>:<20 hex>:<20 digits>', and numeric LSNs
     (decimal digits, any length but 20: a 20-digit string is read as hex). Anything else gives
     NULL; pair with lsn_invalid_reason() to route the row to quarantine. -#}
-{% macro lsn_normalize(expr) -%}
-    {{ return(adapter.dispatch('lsn_normalize', 'sqlserver_cdc')(expr)) }}
+{% macro lsn_normalize(expr, input_type='auto') -%}
+    {{ return(adapter.dispatch('lsn_normalize', 'sqlserver_cdc')(expr, input_type)) }}
 {%- endmacro %}
 
-{% macro default__lsn_normalize(expr) -%}
-    {%- set t = sqlserver_cdc._lsn_text(expr) -%}
+{% macro default__lsn_normalize(expr, input_type) -%}
+    {%- set t = sqlserver_cdc._lsn_text(expr, input_type) -%}
     (case
         when {{ t }} rlike '^(0[xX])?[0-9A-Fa-f]{20}$' then upper(right({{ t }}, 20))
         when {{ t }} rlike '^[0-9A-Fa-f]{8}:[0-9A-Fa-f]{8}:[0-9A-Fa-f]{4}$'
@@ -19,9 +19,16 @@
     end)
 {%- endmacro %}
 
-{#- Text of an LSN expression of any type: binary becomes hex, strings are trimmed. -#}
-{% macro _lsn_text(expr) -%}
-    (case when typeof({{ expr }}) = 'binary' then hex({{ expr }}) else trim(cast({{ expr }} as string)) end)
+{#- Text of an LSN expression: binary becomes hex, strings are trimmed. input_type 'string' or
+    'binary' skips the run-time type test (smaller plans when the caller knows the type). -#}
+{% macro _lsn_text(expr, input_type='auto') -%}
+    {%- if input_type == 'string' -%}
+        trim({{ expr }})
+    {%- elif input_type == 'binary' -%}
+        hex({{ expr }})
+    {%- else -%}
+        (case when typeof({{ expr }}) = 'binary' then hex({{ expr }}) else trim(cast({{ expr }} as string)) end)
+    {%- endif -%}
 {%- endmacro %}
 
 {#- Numeric LSN (Microsoft's fn_convertnumericlsntobinary): vlf = n / 10^15,

@@ -11,27 +11,41 @@
     pmod(xxhash64({% for k in t.key %}{{ prefix }}{{ k }}{{ ', ' if not loop.last }}{% endfor %}), {{ t.buckets }})
 {%- endmacro %}
 
-{#- Changes a mart run processes: trusted staged rows with watermark < commit_lsn <= upper bound
-    (no lower bound on a first or full-refresh run). -#}
-{% macro _mart_changes(t) -%}
+{#- The run's window as one row (lower_lsn, upper_lsn), computed once per mart run: lower is
+    the mart's watermark ('' on a first or full-refresh run), upper the run's bound. On an
+    incremental run it also checks for a gap (see _assert_no_gap) before anything is applied. -#}
+{% macro _mart_bounds(t) -%}
     -- depends_on: {{ ref('stg_cdc_metadata__change_tables') }}
-    select * from {{ sqlserver_cdc._staging_ref(t) }}
-    where quarantine_reason is null
-        and commit_lsn <= {{ sqlserver_cdc.upper_lsn() }}
+    select
+        lower_lsn,
+        upper_lsn
+    from (
+        select
+            {{ sqlserver_cdc.mart_lower_lsn() if is_incremental() else "''" }} as lower_lsn,
+            {{ sqlserver_cdc.upper_lsn() }} as upper_lsn,
+            {{ sqlserver_cdc.min_lsn(t.capture_instance) }} as available_lsn
+    )
     {%- if is_incremental() %}
-        and commit_lsn > {{ sqlserver_cdc.mart_lower_lsn() }}
-        and (select {{ sqlserver_cdc._assert_no_gap(t) }})
+    where {{ sqlserver_cdc._assert_no_gap(t, 'lower_lsn', 'available_lsn') }}
     {%- endif %}
+{%- endmacro %}
+
+{#- Changes a mart run processes: trusted staged rows with lower_lsn < commit_lsn <= upper_lsn. -#}
+{% macro _mart_changes(t) -%}
+    select staged.*
+    from {{ sqlserver_cdc._staging_ref(t) }} as staged
+    cross join bounds
+    where staged.quarantine_reason is null
+        and staged.commit_lsn > bounds.lower_lsn
+        and staged.commit_lsn <= bounds.upper_lsn
 {%- endmacro %}
 
 {#- Gap detection: the mart needs every change after its watermark. If the capture instance's
     validity interval (cdc.change_tables.start_lsn of the latest landed export) now starts above
     the next LSN the mart needs, cleanup removed changes the mart never processed: fail the model
     with the table, the missing range and the remedy instead of silently skipping them. -#}
-{% macro _assert_no_gap(t) -%}
-    {%- set lower = sqlserver_cdc.mart_lower_lsn() -%}
+{% macro _assert_no_gap(t, lower, available) -%}
     {%- set needed = sqlserver_cdc.lsn_increment(lower) -%}
-    {%- set available = sqlserver_cdc.min_lsn(t.capture_instance) -%}
     (case
         when {{ lower }} != '' and {{ needed }} < coalesce({{ available }}, '')
             then raise_error(concat(

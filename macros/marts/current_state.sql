@@ -18,6 +18,10 @@
 {%- set out_columns = t.key + non_key + ['commit_lsn', 'commit_time', 'operation', 'is_deleted', '_bucket'] -%}
 with
 
+bounds as (
+    {{ sqlserver_cdc._mart_bounds(t) }}
+),
+
 changes as (
     {{ sqlserver_cdc._mart_changes(t) }}
 ),

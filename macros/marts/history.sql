@@ -19,6 +19,10 @@
 {%- set out_columns = t.key + non_key + ['valid_from_lsn', 'valid_to_lsn', 'valid_from', 'valid_to', 'is_current', 'operation', 'changed_columns', 'is_deleted', '_bucket'] -%}
 with
 
+bounds as (
+    {{ sqlserver_cdc._mart_bounds(t) }}
+),
+
 changes as (
     {{ sqlserver_cdc._mart_changes(t) }}
 ),
@@ -62,9 +66,10 @@ stored as (
         stored.valid_to_lsn,
         0 as _priority,
         batch_keys.{{ t.key[0] }} is not null
-            and (stored.valid_to_lsn is null or stored.valid_to_lsn > {{ sqlserver_cdc.mart_lower_lsn() }})
+            and (stored.valid_to_lsn is null or stored.valid_to_lsn > bounds.lower_lsn)
             as _recompute
     from {{ this }} as stored
+    cross join bounds
     left join batch_keys
         on {{ sqlserver_cdc._key_match(t, 'stored', 'batch_keys') }}
     where stored._bucket in (select distinct _bucket from new_versions)

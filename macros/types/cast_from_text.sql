@@ -25,7 +25,8 @@
     {%- endif -%}
 {%- endmacro %}
 
-{% macro cast_invalid_reason(expr, sqlserver_type, column_name) -%}
-    (case when {{ expr }} is not null and {{ sqlserver_cdc.cast_from_text(expr, sqlserver_type) }} is null
+{#- typed: an expression already holding cast_from_text(expr, type), to avoid writing it twice. -#}
+{% macro cast_invalid_reason(expr, sqlserver_type, column_name, typed=none) -%}
+    (case when {{ expr }} is not null and {{ typed or sqlserver_cdc.cast_from_text(expr, sqlserver_type) }} is null
         then concat('column {{ column_name }}: value "', {{ expr }}, '" is not a valid {{ sqlserver_type }}') end)
 {%- endmacro %}

@@ -12,7 +12,7 @@
     end)
 {%- endmacro %}
 
-{% macro update_mask_invalid_reason(expr, field_name) -%}
-    (case when {{ expr }} is not null and {{ sqlserver_cdc.update_mask_normalize(expr) }} is null
+{% macro update_mask_invalid_reason(expr, field_name, normalized=none) -%}
+    (case when {{ expr }} is not null and {{ normalized or sqlserver_cdc.update_mask_normalize(expr) }} is null
         then concat('invalid update mask in {{ field_name }}: ', cast({{ expr }} as string)) end)
 {%- endmacro %}
