@@ -33,12 +33,13 @@ def spark():
 class Pipeline:
     """A pipeline in its own schema and landing folder, on the shared session."""
 
-    def __init__(self, spark, schema: str, landing: Path):
+    def __init__(self, spark, schema: str, landing: Path, project_dir: Path = PROJECT_DIR):
         from runner.profile import load_target
 
         self.spark = spark
         self.schema = schema
         self.landing = landing
+        self.project_dir = project_dir
         os.environ["SQLSERVER_CDC_SCHEMA"] = schema
         self.target = load_target(PROJECT_DIR, "local")
 
@@ -46,7 +47,7 @@ class Pipeline:
         from runner.cli import run_pipeline
 
         os.environ["SQLSERVER_CDC_SCHEMA"] = self.schema
-        return run_pipeline(self.spark, PROJECT_DIR, self.target, self.landing, **kwargs)
+        return run_pipeline(self.spark, self.project_dir, self.target, self.landing, **kwargs)
 
     def rows(self, sql: str) -> list[dict]:
         return [r.asDict(recursive=True) for r in self.spark.sql(sql.format(s=self.schema)).collect()]
@@ -96,7 +97,12 @@ def copy_project(destination: Path, extra_tables: dict[str, dict]) -> Path:
     exactly as README's "Declaring a tracked table" tells a user to do."""
     import yaml
 
-    ignore = shutil.ignore_patterns(".venv", ".state", "landing", "target", "logs", "tests", ".git", "*.egg-info")
+    skipped = {".venv", ".state", "landing", "target", "logs", "tests", ".git", "bench"}
+
+    def ignore(folder: str, names: list[str]) -> list[str]:
+        top = Path(folder) == PROJECT_DIR
+        return [n for n in names if (top and n in skipped) or n.endswith(".egg-info") or n == "__pycache__"]
+
     shutil.copytree(PROJECT_DIR, destination, ignore=ignore)
     config = yaml.safe_load((destination / "dbt_project.yml").read_text())
     config["vars"]["cdc_tracked_tables"].update(extra_tables)

@@ -153,3 +153,42 @@ def test_as_of_returns_the_state_at_an_lsn_or_a_time(pipeline, render):
         for got in (by_lsn, by_time):
             assert {(r["order_id"], r["line_no"]): r["quantity"] for r in got} == \
                 {k: v["quantity"] for k, v in expected.items()}
+
+
+def test_soft_deletes_and_explicit_delete_versions(spark, tmp_path):
+    import uuid
+
+    import yaml
+
+    from tests.conftest import PROJECT_DIR, Pipeline, copy_project
+    from tests.expected import transaction_versions
+
+    declared = yaml.safe_load((PROJECT_DIR / "dbt_project.yml").read_text())["vars"]["cdc_tracked_tables"]
+    options = {"soft_deletes": True, "history_delete_versions": True}
+    project = copy_project(tmp_path / "project", {"customers": {**declared["customers"], **options}})
+    (tmp_path / "landing").mkdir()
+    pipeline = Pipeline(spark, "t_" + uuid.uuid4().hex[:8], tmp_path / "landing", project_dir=project)
+    sim = Simulator(TABLES, seed=61)
+    _land(pipeline, sim, sim.run(40), "b1", first=True)
+    pipeline.run()
+    _land(pipeline, sim, [sim.transaction(statements=3, kinds=("delete",)) for _ in range(4)], "b2")
+    pipeline.run()
+    spec = next(t for t in TABLES if t.name == "customers")
+    versions = transaction_versions(spec, sim.transactions)
+    current = {(r["customer_id"],): r for r in pipeline.table("customers_current", "customer_id")}
+    assert set(current) == set(versions)
+    deleted = {k for k, v in versions.items() if v[-1][2] == "delete"}
+    assert deleted and {k for k, r in current.items() if r["is_deleted"]} == deleted
+    assert all(current[k]["operation"] == "delete" for k in deleted)
+    history = pipeline.table("customers_history", "customer_id, valid_from_lsn")
+    got = [((r["customer_id"],), r["valid_from_lsn"], r["operation"], r["is_deleted"], r["valid_to_lsn"], r["is_current"])
+           for r in history]
+    want = []
+    for key in sorted(versions):
+        vs = versions[key]
+        for i, (lsn, _, op, _) in enumerate(vs):
+            following = vs[i + 1][0] if i + 1 < len(vs) else None
+            want.append((key, lsn, op, op == "delete", following, following is None and op != "delete"))
+    assert got == want
+    # the order_lines declaration kept the defaults: no deleted rows anywhere
+    assert pipeline.rows("select count(*) as n from {s}.order_lines_current where is_deleted")[0]["n"] == 0

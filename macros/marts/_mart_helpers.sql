@@ -59,6 +59,14 @@
     end)
 {%- endmacro %}
 
+{#- The captured columns of a tracked table that are not key columns, in declaration order. -#}
+{% macro _non_key_columns(t) -%}
+    {%- set keys = t.key | map('lower') | list -%}
+    {%- set names = [] -%}
+    {%- for c in t.columns if c.name | lower not in keys %}{% do names.append(c.name) %}{% endfor -%}
+    {{ return(names) }}
+{%- endmacro %}
+
 {#- key columns equal between two aliases -#}
 {% macro _key_match(t, left, right) -%}
     {%- for k in t.key %}{{ left }}.{{ k }} = {{ right }}.{{ k }}{{ ' and ' if not loop.last }}{% endfor -%}

@@ -13,8 +13,7 @@
 {%- set t = sqlserver_cdc.tracked_table(table_name) -%}
 {{ config(meta={'cdc_mart': 'current_state', 'cdc_table': table_name}) }}
 {%- set columns = t.columns | map(attribute='name') | list -%}
-{%- set non_key = [] -%}
-{%- for c in columns if c | lower not in (t.key | map('lower') | list) %}{% do non_key.append(c) %}{% endfor -%}
+{%- set non_key = sqlserver_cdc._non_key_columns(t) -%}
 {%- set out_columns = t.key + non_key + ['commit_lsn', 'commit_time', 'operation', 'is_deleted', '_bucket'] -%}
 with
 

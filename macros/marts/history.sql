@@ -13,8 +13,7 @@
 {%- set t = sqlserver_cdc.tracked_table(table_name) -%}
 {{ config(meta={'cdc_mart': 'history', 'cdc_table': table_name}) }}
 {%- set columns = t.columns | map(attribute='name') | list -%}
-{%- set non_key = [] -%}
-{%- for c in columns if c | lower not in (t.key | map('lower') | list) %}{% do non_key.append(c) %}{% endfor -%}
+{%- set non_key = sqlserver_cdc._non_key_columns(t) -%}
 {%- set version_columns = t.key + non_key + ['valid_from_lsn', 'valid_from', 'operation', 'changed_columns', 'is_deleted', '_bucket'] -%}
 {%- set out_columns = t.key + non_key + ['valid_from_lsn', 'valid_to_lsn', 'valid_from', 'valid_to', 'is_current', 'operation', 'changed_columns', 'is_deleted', '_bucket'] -%}
 with
