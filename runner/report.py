@@ -48,4 +48,4 @@ def summary_table(rows: list[dict[str, object]]) -> agate.Table:
 
 
 def print_table(table: agate.Table, stream=sys.stdout) -> None:
-    table.print_table(max_column_width=40, output=stream)
+    table.print_table(max_columns=None, max_column_width=40, output=stream)
