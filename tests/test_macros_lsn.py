@@ -108,8 +108,8 @@ def test_increment_and_decrement_carry_across_all_80_bits(render):
         assert by_input[b]["dec"] == a, b
     assert by_input["FFFFFFFFFFFFFFFFFFFF"]["inc"] is None
     assert by_input["00000000000000000000"]["dec"] is None
-    for decrement in faucet["decrement_tests"]:
-        assert by_input.get(decrement[0].upper(), {"dec": decrement[1].upper()})["dec"] == decrement[1].upper()
+    for start, expected in faucet["decrement_tests"]:
+        assert by_input[start.upper()]["dec"] == expected.upper()
 
 
 def test_parts_and_formats(render):

@@ -96,7 +96,6 @@ def test_malformed_rows_are_quarantined_and_good_rows_flow(pipeline):
     txs = sim.run(30)
     _land(pipeline, sim, txs, "b1", first=True)
     folder = pipeline.landing / "change_tables" / "sales_order_lines"
-    good = next(r for tx in txs for r in tx.changes.get("order_lines", []) if r.operation == 2)
     lsn = "0x" + lsn_hex(txs[-1].commit_lsn)
     header = "__$start_lsn,__$end_lsn,__$seqval,__$operation,__$update_mask,order_id,line_no,product_code,quantity,unit_price,notes,modified_at,__$command_id\n"
     (folder / "bad.csv").write_text(
@@ -115,7 +114,6 @@ def test_malformed_rows_are_quarantined_and_good_rows_flow(pipeline):
         "unknown __$operation: 9",
     ]
     assert {r["_source_file"] for r in reasons} == {"change_tables/sales_order_lines/bad.csv"}
-    assert good.values["order_id"] is not None
     _check_marts(pipeline, sim, txs[-1].commit_lsn)
 
 
