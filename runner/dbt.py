@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -64,11 +63,10 @@ class Dbt:
 
 
 def _first_error_line(message: str | None) -> str:
-    """The line of a dbt error message that says what happened, without Spark's error class
-    prefix (`[USER_RAISED_EXCEPTION] ...`) and SQLSTATE suffix."""
+    """The line of a dbt error message that says what happened (Spark prefixes its own)."""
     lines = [line.strip() for line in (message or "").splitlines() if line.strip()]
-    useful = [line for line in lines if line not in ("Runtime Error", "Database Error", "Compilation Error")]
-    if not useful:
-        return ""
-    line = re.sub(r"^\[[A-Z_.]+\]\s*", "", useful[0])
-    return " - " + re.sub(r"\s*SQLSTATE: \w+.*$", "", line)
+    for line in lines:
+        if "gap detected" in line or "validity interval" in line:
+            return " - " + line[line.find("gap detected") if "gap detected" in line else 0:]
+    useful = [line for line in lines if line not in ("Runtime Error", "Database Error")]
+    return (" - " + useful[0][:300]) if useful else ""
