@@ -11,7 +11,8 @@ def _key(spec: TableSpec, values: dict) -> tuple:
 
 
 def transaction_versions(spec: TableSpec, transactions: list[Transaction], upper: int | None = None):
-    """Per key, the committed versions: (commit_lsn, end_time, net op name, values)."""
+    """Per key, the committed versions: (commit_lsn, end_time, net op name, values, changed
+    ordinals). The changed ordinals are those set in the OR of the transaction's masks."""
     versions: dict[tuple, list[tuple]] = {}
     for tx in transactions:
         if upper is not None and tx.commit_lsn > upper:
@@ -34,27 +35,42 @@ def transaction_versions(spec: TableSpec, transactions: list[Transaction], upper
             else:
                 op = 4
             name = {1: "delete", 2: "insert", 4: "update"}[op]
-            versions.setdefault(key, []).append((lsn_hex(tx.commit_lsn), tx.end_time, name, rows[-1].values))
+            mask = 0
+            for r in rows:
+                mask |= int.from_bytes(r.update_mask, "big")
+            ordinals = {c.ordinal for c in spec.columns if mask >> (c.ordinal - 1) & 1}
+            versions.setdefault(key, []).append((lsn_hex(tx.commit_lsn), tx.end_time, name, rows[-1].values, ordinals))
     return versions
 
 
 def current_state(spec: TableSpec, transactions: list[Transaction], upper: int | None = None) -> dict[tuple, dict]:
     state = {}
     for key, versions in transaction_versions(spec, transactions, upper).items():
-        lsn, _, op, values = versions[-1]
+        lsn, _, op, values, _ = versions[-1]
         if op != "delete":
             state[key] = {**{c.name: values[c.name] for c in spec.columns}, "commit_lsn": lsn, "operation": op}
     return state
 
 
-def history(spec: TableSpec, transactions: list[Transaction], upper: int | None = None) -> dict[tuple, dict]:
-    """(key..., valid_from_lsn) -> expected history row."""
+def history(spec: TableSpec, transactions: list[Transaction], upper: int | None = None,
+            history_columns: list[str] | None = None) -> dict[tuple, dict]:
+    """(key..., valid_from_lsn) -> expected history row. With history_columns, an update whose
+    mask touches none of them opens no version: its values replace the open version's."""
+    tracked = None if history_columns is None else {c.ordinal for c in spec.columns if c.name in history_columns}
     rows = {}
     for key, versions in transaction_versions(spec, transactions, upper).items():
-        for i, (lsn, _, op, values) in enumerate(versions):
+        kept: list[list] = []  # [lsn, op, values]
+        for lsn, _, op, values, ordinals in versions:
+            folds = (tracked is not None and op == "update" and kept and kept[-1][1] != "delete"
+                     and not ordinals & tracked)
+            if folds:
+                kept[-1][2] = values
+            else:
+                kept.append([lsn, op, values])
+        for i, (lsn, op, values) in enumerate(kept):
             if op == "delete":
                 continue
-            following = versions[i + 1][0] if i + 1 < len(versions) else None
+            following = kept[i + 1][0] if i + 1 < len(kept) else None
             rows[(*key, lsn)] = {
                 **{c.name: values[c.name] for c in spec.columns},
                 "valid_to_lsn": following,

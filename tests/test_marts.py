@@ -186,9 +186,58 @@ def test_soft_deletes_and_explicit_delete_versions(spark, tmp_path):
     want = []
     for key in sorted(versions):
         vs = versions[key]
-        for i, (lsn, _, op, _) in enumerate(vs):
+        for i, (lsn, _, op, _, _) in enumerate(vs):
             following = vs[i + 1][0] if i + 1 < len(vs) else None
             want.append((key, lsn, op, op == "delete", following, following is None and op != "delete"))
     assert got == want
     # the order_lines declaration kept the defaults: no deleted rows anywhere
     assert pipeline.rows("select count(*) as n from {s}.order_lines_current where is_deleted")[0]["n"] == 0
+
+
+HISTORY_COLUMNS = {"customers": ["credit_limit", "IS_ACTIVE"], "order_lines": ["quantity"]}
+
+
+def test_history_on_chosen_columns_folds_other_updates_into_the_open_version(spark, tmp_path):
+    import uuid
+
+    import yaml
+
+    from tests.conftest import PROJECT_DIR, Pipeline, copy_project
+    from tests.expected import history
+
+    declared = yaml.safe_load((PROJECT_DIR / "dbt_project.yml").read_text())["vars"]["cdc_tracked_tables"]
+    project = copy_project(tmp_path / "project", {
+        name: {**declared[name], "history_columns": columns} for name, columns in HISTORY_COLUMNS.items()})
+    (tmp_path / "landing").mkdir()
+    pipeline = Pipeline(spark, "t_" + uuid.uuid4().hex[:8], tmp_path / "landing", project_dir=project)
+    tracked = {name: [c.lower() for c in columns] for name, columns in HISTORY_COLUMNS.items()}
+    sim = Simulator(TABLES, seed=67)
+    _land(pipeline, sim, sim.run(60), "b1", first=True)
+    pipeline.run()
+    _check_marts(pipeline, sim, sim.transactions[-1].commit_lsn, tracked)
+    # later batches fold untracked updates into versions stored by earlier runs
+    for batch in ("b2", "b3"):
+        _land(pipeline, sim, [sim.transaction(statements=3, kinds=("update",)) for _ in range(12)] + sim.run(8), batch)
+        pipeline.run()
+        _check_marts(pipeline, sim, sim.transactions[-1].commit_lsn, tracked)
+    for spec in TABLES:  # the option made a difference: some updates were folded
+        assert len(history(spec, sim.transactions, None, tracked[spec.name])) < len(history(spec, sim.transactions))
+    # the full refresh gives the same history
+    pipeline.run(full_refresh=True)
+    _check_marts(pipeline, sim, sim.transactions[-1].commit_lsn, tracked)
+
+
+@pytest.mark.parametrize("columns, message", [
+    ([], "history_columns must be a non-empty list"),
+    ("email", "history_columns must be a non-empty list"),
+    (["email", "phone"], "history_columns names 'phone', which is not among its columns"),
+])
+def test_history_columns_declaration_errors(columns, message):
+    import yaml
+
+    from tests.conftest import PROJECT_DIR, compile_sql
+
+    tables = yaml.safe_load((PROJECT_DIR / "dbt_project.yml").read_text())["vars"]["cdc_tracked_tables"]
+    tables["customers"]["history_columns"] = columns
+    with pytest.raises(AssertionError, match=message):
+        compile_sql("{{ sqlserver_cdc.tracked_table('customers') }}", vars={"cdc_tracked_tables": tables})

@@ -4,7 +4,10 @@
     (commit times), is_current, operation and changed_columns (from the update mask). A delete
     closes the open version; history_delete_versions: true also keeps an explicit deleted version.
     Incremental: new versions are merged with the stored versions of the same keys that are still
-    open after the watermark, and validity is recomputed for those keys only. -#}
+    open after the watermark, and validity is recomputed for those keys only.
+    history_columns (like "track history on"): an update whose mask touches none of those columns
+    opens no version; it is folded into the open version, whose values become the latest values
+    (valid_from_lsn, operation and changed_columns stay those of the change that opened it). -#}
 {% macro history(table_name) -%}
     {{ return(adapter.dispatch('history', 'sqlserver_cdc')(table_name)) }}
 {%- endmacro %}
@@ -97,12 +100,58 @@ deduplicated as (
     where _rank = 1
 ),
 
+{%- if t.history_columns is not none %}
+{%- set declared = t.columns | map(attribute='name') | list %}
+{%- set wanted = t.history_columns | map('lower') | list %}
+{%- set tracked = [] %}
+{%- for c in declared if c | lower in wanted %}{% do tracked.append(c) %}{% endfor %}
+
+opening as (
+    select
+        *,
+        case
+            when _priority = 0 or operation != 'update' or changed_columns is null then 1
+            when coalesce(lag(is_deleted) over (partition by {{ t.key | join(', ') }} order by valid_from_lsn), true) then 1
+            when arrays_overlap(changed_columns, array('{{ tracked | join("', '") }}')) then 1
+            else 0
+        end as _opens
+    from deduplicated
+),
+
+numbered as (
+    select
+        *,
+        sum(_opens) over (
+            partition by {{ t.key | join(', ') }} order by valid_from_lsn rows between unbounded preceding and current row
+        ) as _version
+    from opening
+),
+
+versions as (
+    select
+        {%- for c in t.key %}
+        {{ c }},
+        {%- endfor %}
+        {%- for c in non_key %}
+        max_by({{ c }}, valid_from_lsn) as {{ c }},
+        {%- endfor %}
+        min(valid_from_lsn) as valid_from_lsn,
+        min_by(valid_from, valid_from_lsn) as valid_from,
+        min_by(operation, valid_from_lsn) as operation,
+        min_by(changed_columns, valid_from_lsn) as changed_columns,
+        min_by(is_deleted, valid_from_lsn) as is_deleted,
+        min(_bucket) as _bucket
+    from numbered
+    group by {{ t.key | join(', ') }}, _version
+),
+{%- endif %}
+
 validity as (
     select
         *,
         lead(valid_from_lsn) over (partition by {{ t.key | join(', ') }} order by valid_from_lsn) as valid_to_lsn,
         lead(valid_from) over (partition by {{ t.key | join(', ') }} order by valid_from_lsn) as valid_to
-    from deduplicated
+    from {{ 'versions' if t.history_columns is not none else 'deduplicated' }}
 ),
 
 recomputed as (

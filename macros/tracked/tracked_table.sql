@@ -1,6 +1,7 @@
 {#- The declaration of a tracked table (var cdc_tracked_tables), validated, with defaults filled:
     name, channel, capture_instance, key (list), columns (name, type, ordinal), buckets,
-    soft_deletes. Fails with a message naming the table and the bad field. -#}
+    soft_deletes, history_delete_versions, history_columns (the columns whose changes open a new
+    history version; none means every column). Fails with a message naming the table and the bad field. -#}
 {% macro tracked_table(table_name) -%}
     {%- set tables = var('cdc_tracked_tables', {}) -%}
     {%- if table_name not in tables -%}
@@ -20,6 +21,15 @@
     {%- for key in raw.key if key | lower not in names -%}
         {{ exceptions.raise_compiler_error("tracked table '" ~ table_name ~ "': key column '" ~ key ~ "' is not among its columns") }}
     {%- endfor -%}
+    {%- set history_columns = raw.get('history_columns') -%}
+    {%- if history_columns is not none -%}
+        {%- if history_columns is string or history_columns | length == 0 -%}
+            {{ exceptions.raise_compiler_error("tracked table '" ~ table_name ~ "': history_columns must be a non-empty list of column names; got " ~ history_columns) }}
+        {%- endif -%}
+        {%- for column in history_columns if column | lower not in names -%}
+            {{ exceptions.raise_compiler_error("tracked table '" ~ table_name ~ "': history_columns names '" ~ column ~ "', which is not among its columns (" ~ (names | join(', ')) ~ ")") }}
+        {%- endfor -%}
+    {%- endif -%}
     {{ return({
         'name': table_name,
         'channel': raw.channel,
@@ -31,5 +41,6 @@
         'buckets': raw.get('buckets', 8),
         'soft_deletes': raw.get('soft_deletes', false),
         'history_delete_versions': raw.get('history_delete_versions', false),
+        'history_columns': history_columns,
     }) }}
 {%- endmacro %}
