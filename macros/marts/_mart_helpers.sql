@@ -75,3 +75,10 @@
 {% macro _operation_name(code) -%}
     case {{ code }} when 1 then 'delete' when 2 then 'insert' when 4 then 'update' end
 {%- endmacro %}
+
+{#- True when this incremental run of a mart is applied with MERGE (incremental_strategy: merge,
+    on delta / iceberg / hudi): the model then returns only the rows to change, and
+    sqlserver_cdc.mart_merge_sql applies them, deletes included. -#}
+{% macro _mart_merges() -%}
+    {{ return(is_incremental() and config.get('incremental_strategy') == 'merge') }}
+{%- endmacro %}

@@ -4,7 +4,9 @@
     operation is the net operation of the last transaction that changed the key (so it does not
     depend on how runs cut the change stream). Incremental: each key's latest transaction in the
     window replaces the stored row in the partitions the window touches, only if it is not older,
-    so re-running a window changes nothing. -#}
+    so re-running a window changes nothing. With incremental_strategy merge (delta / iceberg) an
+    incremental run returns only the window's latest row per key, deleted keys included, and
+    mart_merge_sql deletes, updates (when not older) or inserts them. -#}
 {% macro current_state(table_name) -%}
     {{ return(adapter.dispatch('current_state', 'sqlserver_cdc')(table_name)) }}
 {%- endmacro %}
@@ -15,6 +17,7 @@
 {%- set columns = t.columns | map(attribute='name') | list -%}
 {%- set non_key = sqlserver_cdc._non_key_columns(t) -%}
 {%- set out_columns = t.key + non_key + ['commit_lsn', 'commit_time', 'operation', 'is_deleted', '_bucket'] -%}
+{%- set merging = sqlserver_cdc._mart_merges() -%}
 with
 
 bounds as (
@@ -46,7 +49,7 @@ applied as (
 
 candidates as (
     select * from applied
-    {%- if is_incremental() %}
+    {%- if is_incremental() and not merging %}
     union all
     select {{ out_columns | join(', ') }}, 0 as _priority
     from {{ this }}
@@ -67,7 +70,7 @@ final as (
     select {{ out_columns | join(', ') }}
     from ranked
     where _rank = 1
-    {%- if not t.soft_deletes %}
+    {%- if not t.soft_deletes and not merging %}
         and not is_deleted
     {%- endif %}
 )

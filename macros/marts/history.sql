@@ -7,7 +7,9 @@
     open after the watermark, and validity is recomputed for those keys only.
     history_columns (like "track history on"): an update whose mask touches none of those columns
     opens no version; it is folded into the open version, whose values become the latest values
-    (valid_from_lsn, operation and changed_columns stay those of the change that opened it). -#}
+    (valid_from_lsn, operation and changed_columns stay those of the change that opened it).
+    With incremental_strategy merge (delta / iceberg) an incremental run returns only the
+    recomputed versions and mart_merge_sql upserts them by key and valid_from_lsn. -#}
 {% macro history(table_name) -%}
     {{ return(adapter.dispatch('history', 'sqlserver_cdc')(table_name)) }}
 {%- endmacro %}
@@ -19,6 +21,7 @@
 {%- set non_key = sqlserver_cdc._non_key_columns(t) -%}
 {%- set version_columns = t.key + non_key + ['valid_from_lsn', 'valid_from', 'operation', 'changed_columns', 'is_deleted', '_bucket'] -%}
 {%- set out_columns = t.key + non_key + ['valid_from_lsn', 'valid_to_lsn', 'valid_from', 'valid_to', 'is_current', 'operation', 'changed_columns', 'is_deleted', '_bucket'] -%}
+{%- set merging = sqlserver_cdc._mart_merges() -%}
 with
 
 bounds as (
@@ -172,7 +175,7 @@ recomputed as (
 
 final as (
     select {{ out_columns | join(', ') }} from recomputed
-    {%- if is_incremental() %}
+    {%- if is_incremental() and not merging %}
     union all
     select {{ out_columns | join(', ') }}
     from {{ this }} as stored_rows
