@@ -15,6 +15,7 @@ from runner import landing, report
 from runner.dbt import Dbt
 from runner.errors import EXIT_FAILED, EXIT_OK, PipelineFailed, RunnerError
 from runner.profile import load_target
+from runner.project import tracked_tables
 from runner.session import create_session
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
@@ -44,6 +45,26 @@ def _parser() -> argparse.ArgumentParser:
     gen.add_argument("--transactions", type=int, default=400)
     gen.add_argument("--batches", type=int, default=2)
     gen.add_argument("--seed", type=int, default=7)
+
+    from runner.bench import BenchConfig
+
+    defaults = BenchConfig()
+    bench = sub.add_parser("bench", help="measure initial, incremental, full-refresh and no-op runs against the copy floor")
+    bench.add_argument("--project-dir", type=Path, default=PROJECT_DIR, help="the dbt project (default: this one)")
+    bench.add_argument("--changes", type=int, default=defaults.changes, help="changes in the initial load (all tables)")
+    bench.add_argument("--keys", type=int, default=defaults.keys, help="keys (all tables)")
+    bench.add_argument("--tables", type=int, default=defaults.tables)
+    bench.add_argument("--columns", type=int, default=defaults.columns, help="non-key columns per table")
+    bench.add_argument("--width", type=int, default=defaults.width, help="width of the nvarchar columns")
+    bench.add_argument("--rows-per-transaction", type=int, default=defaults.rows_per_transaction,
+                       help="changes per table per transaction")
+    bench.add_argument("--batch-fraction", type=float, default=defaults.batch_fraction,
+                       help="incremental batch size as a fraction of the initial load")
+    bench.add_argument("--state-factor", type=int, default=defaults.state_factor,
+                       help="how many times larger the second state is")
+    bench.add_argument("--seed", type=int, default=defaults.seed)
+    bench.add_argument("--work-dir", type=Path, default=PROJECT_DIR / "bench/work", help="scratch folder (wiped)")
+    bench.add_argument("--results-dir", type=Path, default=PROJECT_DIR / "bench/results")
     return parser
 
 
@@ -76,6 +97,9 @@ def run_pipeline(spark, project_dir: Path, target, landing_dir: Path, *, select:
     else:
         progress.step("window: no lsn_time_mapping landed yet, nothing to apply")
     dbt.vars = run_vars
+    if not full_refresh and not select and not counts and upper_lsn and _marts_at(dbt, project_dir, upper_lsn):
+        progress.step(f"nothing new landed and every mart is at LSN 0x{upper_lsn}: nothing to build")
+        return []
     progress.step("dbt build" + (" --full-refresh" if full_refresh else ""))
     failed = dbt.build(list(select), full_refresh)
     summary = dbt.query(f"{{{{ sqlserver_cdc.run_summary('{batch_id}', '{batch_id}') }}}}")
@@ -92,6 +116,13 @@ def run_pipeline(spark, project_dir: Path, target, landing_dir: Path, *, select:
     return summary
 
 
+def _marts_at(dbt: Dbt, project_dir: Path, upper_lsn: str) -> bool:
+    """True when every tracked table's marts have advanced to upper_lsn (a run would change nothing)."""
+    reached = {r["model_name"]: r["watermark_lsn"] for r in dbt.query("{{ sqlserver_cdc.mart_watermarks() }}")}
+    marts = [f"{t.name}_{kind}" for t in tracked_tables(project_dir) for kind in ("current", "history")]
+    return all(reached.get(m) == upper_lsn for m in marts)
+
+
 def _landing_dir(args) -> Path:
     return (args.landing or args.project_dir / "landing").resolve()
 
@@ -101,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     progress = report.Progress()
     try:
         args.project_dir = args.project_dir.resolve()
+        if args.command == "bench":
+            return _bench(args, progress)
         target = load_target(args.project_dir, args.target)
         if args.command == "generate":
             return _generate(args, target, progress)
@@ -124,6 +157,21 @@ def main(argv: list[str] | None = None) -> int:
     except RunnerError as exc:
         progress.step(f"FAILED: {exc}")
         return exc.exit_code
+
+
+def _bench(args, progress) -> int:
+    from runner import bench
+
+    cfg = bench.BenchConfig(
+        changes=args.changes, keys=args.keys, tables=args.tables, columns=args.columns, width=args.width,
+        rows_per_transaction=args.rows_per_transaction, batch_fraction=args.batch_fraction,
+        state_factor=args.state_factor, seed=args.seed, work_dir=args.work_dir, results_dir=args.results_dir,
+    )
+    result = bench.run_bench(cfg, args.project_dir, progress)
+    bench.print_report(result)
+    path = bench.write_report(result, cfg.results_dir)
+    progress.step(f"bench report written to {path}")
+    return EXIT_OK
 
 
 def _generate(args, target, progress, transactions=None, batches=None, seed=None) -> int:

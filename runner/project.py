@@ -1,7 +1,9 @@
-"""Reads the tracked-table declarations from dbt_project.yml (the one place they live)."""
+"""Reads the tracked-table declarations from dbt_project.yml (the one place they live), and
+copies the project with other declarations (the tests and the benchmark use such copies)."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import yaml
@@ -23,3 +25,42 @@ def tracked_tables(project_dir: Path) -> list[TableSpec]:
         except (KeyError, TypeError, ValueError) as exc:
             raise UsageError(f"tracked table '{name}' in dbt_project.yml is incomplete: {exc}") from exc
     return specs
+
+
+# The thin model file of each channel's staging model, as README "Declaring a tracked table" shows.
+STAGING_MACROS = {"change_tables": "stage_change_table"}
+_NOT_COPIED = {".venv", ".state", "landing", "target", "logs", "tests", ".git", "bench"}
+
+
+def copy_project(source: Path, destination: Path, tables: dict[str, dict], replace: bool = False) -> Path:
+    """A copy of the project at `source` with `tables` declared (added to the declared ones, or
+    instead of them with replace=True) and their thin model files written, exactly as README's
+    "Declaring a tracked table" tells a user to do. With replace, the replaced tables' model files
+    and model YAML go; the caller documents the new models if it wants their tests."""
+    source = source.resolve()
+
+    def ignore(folder: str, names: list[str]) -> list[str]:
+        top = Path(folder) == source
+        return [n for n in names if (top and n in _NOT_COPIED) or n.endswith(".egg-info") or n == "__pycache__"]
+
+    shutil.copytree(source, destination, ignore=ignore)
+    config = yaml.safe_load((destination / "dbt_project.yml").read_text())
+    declared = config["vars"]["cdc_tracked_tables"]
+    if replace:
+        for name, table in declared.items():
+            (destination / "models/staging" / table["channel"] / f"stg_{table['channel']}__{name}.sql").unlink()
+            shutil.rmtree(destination / "models/marts" / name)
+        for yml in ("models/staging/change_tables/_change_tables__models.yml", "models/marts/_marts__models.yml"):
+            (destination / yml).unlink()
+        declared.clear()
+    declared.update(tables)
+    (destination / "dbt_project.yml").write_text(yaml.safe_dump(config, sort_keys=False))
+    for name, table in tables.items():
+        (destination / "models/staging" / table["channel"] / f"stg_{table['channel']}__{name}.sql").write_text(
+            f"{{{{ sqlserver_cdc.{STAGING_MACROS[table['channel']]}('{name}') }}}}\n")
+        (destination / "models/marts" / name).mkdir(parents=True, exist_ok=True)
+        (destination / "models/marts" / name / f"{name}_current.sql").write_text(
+            f"{{{{ sqlserver_cdc.current_state('{name}') }}}}\n")
+        (destination / "models/marts" / name / f"{name}_history.sql").write_text(
+            f"{{{{ sqlserver_cdc.history('{name}') }}}}\n")
+    return destination

@@ -89,30 +89,8 @@ def render(spark):
     return _render
 
 
-STAGING_MACROS = {"change_tables": "stage_change_table"}
-
-
 def copy_project(destination: Path, extra_tables: dict[str, dict]) -> Path:
-    """A copy of the project with more tracked tables declared and their thin model files added,
-    exactly as README's "Declaring a tracked table" tells a user to do."""
-    import yaml
+    """A copy of the project with more tracked tables declared and their model files added."""
+    from runner.project import copy_project as copy
 
-    skipped = {".venv", ".state", "landing", "target", "logs", "tests", ".git", "bench"}
-
-    def ignore(folder: str, names: list[str]) -> list[str]:
-        top = Path(folder) == PROJECT_DIR
-        return [n for n in names if (top and n in skipped) or n.endswith(".egg-info") or n == "__pycache__"]
-
-    shutil.copytree(PROJECT_DIR, destination, ignore=ignore)
-    config = yaml.safe_load((destination / "dbt_project.yml").read_text())
-    config["vars"]["cdc_tracked_tables"].update(extra_tables)
-    (destination / "dbt_project.yml").write_text(yaml.safe_dump(config, sort_keys=False))
-    for name, table in extra_tables.items():
-        (destination / "models/staging" / table["channel"] / f"stg_{table['channel']}__{name}.sql").write_text(
-            f"{{{{ sqlserver_cdc.{STAGING_MACROS[table['channel']]}('{name}') }}}}\n")
-        (destination / "models/marts" / name).mkdir(parents=True, exist_ok=True)
-        (destination / "models/marts" / name / f"{name}_current.sql").write_text(
-            f"{{{{ sqlserver_cdc.current_state('{name}') }}}}\n")
-        (destination / "models/marts" / name / f"{name}_history.sql").write_text(
-            f"{{{{ sqlserver_cdc.history('{name}') }}}}\n")
-    return destination
+    return copy(PROJECT_DIR, destination, extra_tables)

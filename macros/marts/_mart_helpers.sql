@@ -30,6 +30,21 @@
     {%- endif %}
 {%- endmacro %}
 
+{#- True when an incremental run of the mart has nothing to apply: its watermark has reached the
+    run's upper bound (or nothing is mapped yet). The mart then selects no rows without reading
+    any change, so a table with no new changes costs one small query and an empty insert. Asked
+    at execution time only (at parse time the full SQL is rendered, so its refs are recorded). -#}
+{% macro _mart_window_is_empty() -%}
+    {%- if not execute or not is_incremental() -%}
+        {{ return(false) }}
+    {%- endif -%}
+    {%- set query -%}
+        select coalesce(lower_lsn >= upper_lsn, true) as empty
+        from (select {{ sqlserver_cdc.mart_lower_lsn() }} as lower_lsn, {{ sqlserver_cdc.upper_lsn() }} as upper_lsn)
+    {%- endset -%}
+    {{ return(run_query(query).columns[0].values()[0]) }}
+{%- endmacro %}
+
 {#- Changes a mart run processes: trusted staged rows with lower_lsn < commit_lsn <= upper_lsn. -#}
 {% macro _mart_changes(t) -%}
     select staged.*

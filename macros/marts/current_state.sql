@@ -18,6 +18,9 @@
 {%- set non_key = sqlserver_cdc._non_key_columns(t) -%}
 {%- set out_columns = t.key + non_key + ['commit_lsn', 'commit_time', 'operation', 'is_deleted', '_bucket'] -%}
 {%- set merging = sqlserver_cdc._mart_merges() -%}
+{%- if sqlserver_cdc._mart_window_is_empty() %}
+select {{ out_columns | join(', ') }} from {{ this }} where false
+{%- else %}
 with
 
 bounds as (
@@ -76,4 +79,5 @@ final as (
 )
 
 select * from final
+{%- endif %}
 {%- endmacro %}

@@ -22,6 +22,9 @@
 {%- set version_columns = t.key + non_key + ['valid_from_lsn', 'valid_from', 'operation', 'changed_columns', 'is_deleted', '_bucket'] -%}
 {%- set out_columns = t.key + non_key + ['valid_from_lsn', 'valid_to_lsn', 'valid_from', 'valid_to', 'is_current', 'operation', 'changed_columns', 'is_deleted', '_bucket'] -%}
 {%- set merging = sqlserver_cdc._mart_merges() -%}
+{%- if sqlserver_cdc._mart_window_is_empty() %}
+select {{ out_columns | join(', ') }} from {{ this }} where false
+{%- else %}
 with
 
 bounds as (
@@ -190,4 +193,5 @@ final as (
 )
 
 select * from final
+{%- endif %}
 {%- endmacro %}
