@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint docs clean check-java
+.PHONY: demo test lint docs bench clean check-java
 
 check-java:
 	@command -v java >/dev/null 2>&1 || { echo "ERROR: java not found. Spark needs Java 17: install it (e.g. apt-get install openjdk-17-jre-headless) and re-run."; exit 2; }
@@ -24,6 +24,9 @@ lint: $(STAMP)
 	$(PY) -m ruff check runner tests
 	$(VENV)/bin/sqlfluff lint models
 
+bench: check-java $(STAMP)
+	$(PY) -m runner bench $(BENCH_ARGS)
+
 docs: check-java $(STAMP)
 	$(VENV)/bin/dbt docs generate --profiles-dir . --project-dir . --quiet
 
@@ -31,4 +34,4 @@ test: check-java $(STAMP) lint
 	$(PY) -m pytest
 
 clean:
-	rm -rf target logs .state landing
+	rm -rf target logs .state landing bench/work

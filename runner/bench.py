@@ -47,8 +47,8 @@ TARGETS = {  # README "Performance"; measured, never asserted in tests
 
 @dataclass
 class BenchConfig:
-    changes: int = 1_000_000  # logical changes (insert / update / delete) of the initial load
-    keys: int = 100_000
+    changes: int = 100_000  # logical changes (insert / update / delete) of the initial load
+    keys: int = 10_000
     tables: int = 2
     columns: int = 6  # non-key columns per table
     width: int = 40  # nvarchar width

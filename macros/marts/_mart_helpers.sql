@@ -30,27 +30,36 @@
     {%- endif %}
 {%- endmacro %}
 
-{#- True when an incremental run of the mart has nothing to apply: its watermark has reached the
-    run's upper bound (or nothing is mapped yet). The mart then selects no rows without reading
-    any change, so a table with no new changes costs one small query and an empty insert. Asked
-    at execution time only (at parse time the full SQL is rendered, so its refs are recorded). -#}
-{% macro _mart_window_is_empty() -%}
+{#- The window of an incremental mart run, asked at execution time: {lower, upper, empty}, empty
+    when the watermark has reached the run's upper bound (or nothing is mapped yet). none at
+    parse time (the full SQL is rendered then, so its refs are recorded) and on full refresh.
+    An empty window selects no rows without reading any change, so a table with no new changes
+    costs one small query and an empty insert; a non-empty one is also applied as literals,
+    which Spark filters on before decoding the rest of each staged row. -#}
+{% macro _mart_window() -%}
     {%- if not execute or not is_incremental() -%}
-        {{ return(false) }}
+        {{ return(none) }}
     {%- endif -%}
     {%- set query -%}
-        select coalesce(lower_lsn >= upper_lsn, true) as empty
+        select lower_lsn, upper_lsn, coalesce(lower_lsn >= upper_lsn, true) as empty
         from (select {{ sqlserver_cdc.mart_lower_lsn() }} as lower_lsn, {{ sqlserver_cdc.upper_lsn() }} as upper_lsn)
     {%- endset -%}
-    {{ return(run_query(query).columns[0].values()[0]) }}
+    {%- set row = run_query(query).rows[0] -%}
+    {{ return({'lower': row[0], 'upper': row[1], 'empty': row[2]}) }}
 {%- endmacro %}
 
 {#- Changes a mart run processes: trusted staged rows with lower_lsn < commit_lsn <= upper_lsn. -#}
-{% macro _mart_changes(t) -%}
+{% macro _mart_changes(t, window=none) -%}
     select staged.*
     from {{ sqlserver_cdc._staging_ref(t) }} as staged
     cross join bounds
-    where staged.quarantine_reason is null
+    where
+        {%- if window and not window.empty %}
+        staged.commit_lsn > '{{ window.lower }}'
+        and staged.commit_lsn <= '{{ window.upper }}'
+        and
+        {%- endif %}
+        staged.quarantine_reason is null
         and staged.commit_lsn > bounds.lower_lsn
         and staged.commit_lsn <= bounds.upper_lsn
 {%- endmacro %}

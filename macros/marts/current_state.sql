@@ -18,7 +18,8 @@
 {%- set non_key = sqlserver_cdc._non_key_columns(t) -%}
 {%- set out_columns = t.key + non_key + ['commit_lsn', 'commit_time', 'operation', 'is_deleted', '_bucket'] -%}
 {%- set merging = sqlserver_cdc._mart_merges() -%}
-{%- if sqlserver_cdc._mart_window_is_empty() %}
+{%- set window = sqlserver_cdc._mart_window() -%}
+{%- if window and window.empty %}
 select {{ out_columns | join(', ') }} from {{ this }} where false
 {%- else %}
 with
@@ -28,7 +29,7 @@ bounds as (
 ),
 
 changes as (
-    {{ sqlserver_cdc._mart_changes(t) }}
+    {{ sqlserver_cdc._mart_changes(t, window) }}
 ),
 
 transactions as (

@@ -22,7 +22,8 @@
 {%- set version_columns = t.key + non_key + ['valid_from_lsn', 'valid_from', 'operation', 'changed_columns', 'is_deleted', '_bucket'] -%}
 {%- set out_columns = t.key + non_key + ['valid_from_lsn', 'valid_to_lsn', 'valid_from', 'valid_to', 'is_current', 'operation', 'changed_columns', 'is_deleted', '_bucket'] -%}
 {%- set merging = sqlserver_cdc._mart_merges() -%}
-{%- if sqlserver_cdc._mart_window_is_empty() %}
+{%- set window = sqlserver_cdc._mart_window() -%}
+{%- if window and window.empty %}
 select {{ out_columns | join(', ') }} from {{ this }} where false
 {%- else %}
 with
@@ -32,7 +33,7 @@ bounds as (
 ),
 
 changes as (
-    {{ sqlserver_cdc._mart_changes(t) }}
+    {{ sqlserver_cdc._mart_changes(t, window) }}
 ),
 
 transactions as (
@@ -72,6 +73,8 @@ stored as (
         stored.{{ c }},
         {%- endfor %}
         stored.valid_to_lsn,
+        stored.valid_to,
+        stored.is_current,
         0 as _priority,
         batch_keys.{{ t.key[0] }} is not null
             and (stored.valid_to_lsn is null or stored.valid_to_lsn > bounds.lower_lsn)
@@ -180,15 +183,7 @@ final as (
     select {{ out_columns | join(', ') }} from recomputed
     {%- if is_incremental() and not merging %}
     union all
-    select {{ out_columns | join(', ') }}
-    from {{ this }} as stored_rows
-    where stored_rows._bucket in (select distinct _bucket from new_versions)
-        and not exists (
-            select 1 from stored
-            where stored._recompute
-                and {{ sqlserver_cdc._key_match(t, 'stored', 'stored_rows') }}
-                and stored.valid_from_lsn = stored_rows.valid_from_lsn
-        )
+    select {{ out_columns | join(', ') }} from stored where not _recompute
     {%- endif %}
 )
 

@@ -8,14 +8,12 @@
     {%- for name, table in var('cdc_tracked_tables', {}).items() %}
     select
         '{{ name }}' as tracked_table,
-        count_if(s._batch_id = '{{ batch_id }}') as rows_landed,
-        count_if(s._batch_id = '{{ batch_id }}' and s.quarantine_reason is not null) as quarantined,
-        count_if(s.quarantine_reason is null and s.operation != 'update_before'
-            and s.commit_lsn > w.before_lsn and s.commit_lsn <= w.after_lsn) as changes_applied,
+        landed.rows_landed,
+        landed.quarantined,
+        applied.changes_applied,
         w.reached_lsn as lsn_reached,
         w.after_lsn is not null as advanced,
-        cast(unix_timestamp(max(hwm.commit_time)) - unix_timestamp(max(reached.tran_end_time)) as bigint)
-            as lag_seconds,
+        cast(unix_timestamp(hwm.commit_time) - unix_timestamp(reached.tran_end_time) as bigint) as lag_seconds,
         (select count(*) from {{ ref(name ~ '_current') }}) as current_rows,
         (select count(*) from {{ ref(name ~ '_history') }}) as history_versions
     from (
@@ -23,23 +21,36 @@
             before_lsn,
             after_lsn,
             coalesce(after_lsn, nullif(before_lsn, '')) as reached_lsn
-        from (
-            select
-                coalesce(max_by(watermark_lsn, recorded_at) filter (where invocation_id != '{{ run_id }}'), '')
-                    as before_lsn,
-                max_by(watermark_lsn, recorded_at) filter (where invocation_id = '{{ run_id }}') as after_lsn
-            from {{ watermarks }}
-            where model_name = '{{ name }}_current'
-        )
+        from ({{ sqlserver_cdc._summary_watermarks(watermarks, name, run_id) }})
     ) as w
     cross join (
         select max(tran_end_time) as commit_time from {{ mapping }} where quarantine_reason is null
     ) as hwm
+    -- the batch's rows only: Spark prunes the raw files by _batch_id before decoding
+    cross join (
+        select count(*) as rows_landed, count_if(quarantine_reason is not null) as quarantined
+        from {{ ref('stg_' ~ table.channel ~ '__' ~ name) }}
+        where _batch_id = '{{ batch_id }}'
+    ) as landed
+    cross join (
+        select count(*) as changes_applied
+        from {{ ref('stg_' ~ table.channel ~ '__' ~ name) }} as s
+        cross join ({{ sqlserver_cdc._summary_watermarks(watermarks, name, run_id) }}) as bounds
+        where s.commit_lsn > bounds.before_lsn and s.commit_lsn <= bounds.after_lsn
+            and s.quarantine_reason is null and s.operation != 'update_before'
+    ) as applied
     left join {{ mapping }} as reached
         on reached.start_lsn = w.reached_lsn and reached.quarantine_reason is null
-    left join {{ ref('stg_' ~ table.channel ~ '__' ~ name) }} as s
-        on true
-    group by w.before_lsn, w.after_lsn, w.reached_lsn
     {{ 'union all' if not loop.last }}
     {%- endfor %}
+{%- endmacro %}
+
+{#- The current-state mart's watermark before this run and the one this run recorded (NULL if it
+    did not advance). -#}
+{% macro _summary_watermarks(watermarks, name, run_id) -%}
+    select
+        coalesce(max_by(watermark_lsn, recorded_at) filter (where invocation_id != '{{ run_id }}'), '') as before_lsn,
+        max_by(watermark_lsn, recorded_at) filter (where invocation_id = '{{ run_id }}') as after_lsn
+    from {{ watermarks }}
+    where model_name = '{{ name }}_current'
 {%- endmacro %}
