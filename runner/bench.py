@@ -411,7 +411,7 @@ def _report(cfg: BenchConfig, phases: list[Phase], peak: int, changes: int, keys
     values = {**ratios, "no_op_seconds": by["no-op (fresh process)"]}
     config = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()}
     return {
-        "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
         "config": config,
         "per_table": {"changes": changes, "keys": keys, "batch_changes": batch},
@@ -429,18 +429,19 @@ def print_report(result: dict, stream=sys.stdout) -> None:
     import agate
 
     phases = agate.Table(
-        [(p["phase"], p["seconds"], p["rows"], p["rows_per_second"]) for p in result["phases"]],
+        [(p["phase"], f"{p['seconds']:.1f}", f"{p['rows']:,}", f"{p['rows_per_second']:,.0f}") for p in result["phases"]],
         ["phase", "seconds", "change rows", "rows/s"],
-        [agate.Text(), agate.Number(), agate.Number(), agate.Number()],
+        [agate.Text()] * 4,
     )
-    phases.print_table(max_columns=None, max_precision=1, output=stream)
+    phases.print_table(max_columns=None, max_column_width=40, output=stream)
     targets = agate.Table(
-        [(name, t["value"], f"<= {t['target']}", "met" if t["met"] else "MISSED") for name, t in result["targets"].items()],
-        ["measure", "value", "target", ""],
-        [agate.Text(), agate.Number(), agate.Text(), agate.Text()],
+        [(name, f"{t['value']:.3f}", f"<= {t['target']}", "met" if t["met"] else "MISSED")
+         for name, t in result["targets"].items()],
+        ["measure", "value", "target", "result"],
+        [agate.Text()] * 4,
     )
     print(file=stream)
-    targets.print_table(max_columns=None, max_precision=3, output=stream)
+    targets.print_table(max_columns=None, max_column_width=40, output=stream)
     print(f"\npeak memory (process and JVM): {result['peak_memory_mib']} MiB", file=stream)
 
 
