@@ -102,8 +102,8 @@ def _models_yml(tables: dict[str, dict]) -> str:
         key, columns = t["key"], [c["name"] for c in t["columns"]]
         models += [
             {"name": f"stg_change_tables__{name}", "data_tests": [{"sqlserver_cdc.unique_key": {
-                "arguments": {"columns": ["change_lsn", "operation_code", *key]},
-                "config": {"where": "quarantine_reason is null"}}}]},
+                "arguments": {"columns": ["change_lsn", "operation_code", *key],
+                              "counted_where": "quarantine_reason is null"}}}]},
             {"name": f"{name}_current", "data_tests": [{"sqlserver_cdc.unique_key": {"arguments": {"columns": key}}}]},
             {"name": f"{name}_history", "data_tests": [
                 {"sqlserver_cdc.unique_key": {"arguments": {"columns": [*key, "valid_from_lsn"]}}},

@@ -153,3 +153,30 @@ def test_lsn_time_mapping_macros_and_window_validation(pipeline, render):
     assert f"[{lsn_hex(txs[0].begin_lsn)}, {lsn_hex(txs[-1].commit_lsn)}]" in str(error.value)
     with pytest.raises(Exception, match="not captured yet"):
         render(query % (lsn_hex(txs[0].begin_lsn), "FFFF0000000000000000"))
+
+
+def test_a_change_landed_twice_fails_the_staging_test_but_quarantined_copies_do_not(pipeline):
+    import csv
+    import shutil
+
+    from runner.errors import PipelineFailed
+
+    sim = Simulator(TABLES, seed=13)
+    _land(pipeline, sim, sim.run(30), "b1", first=True)
+    pipeline.run()
+    # a copy of order_lines' export whose every row is bad (quantity not a number): quarantined,
+    # so its rows do not count as duplicates of the trusted originals
+    source = pipeline.landing / "change_tables/sales_order_lines/b1.csv"
+    with source.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    with (source.parent / "b1-bad-copy.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows({**r, "quantity": "many"} for r in rows)
+    summary = pipeline.run()
+    assert {r["tracked_table"]: r["quarantined"] for r in summary}["order_lines"] == len(rows)
+    # the same export landed again under another name: the staging uniqueness test stops the run
+    shutil.copy(pipeline.landing / "change_tables/dbo_customers/b1.parquet",
+                pipeline.landing / "change_tables/dbo_customers/b1-again.parquet")
+    with pytest.raises(PipelineFailed, match="unique_key_stg_change_tables__customers"):
+        pipeline.run()
