@@ -13,7 +13,7 @@ from pathlib import Path
 
 from runner import landing, report
 from runner.dbt import Dbt
-from runner.errors import EXIT_FAILED, EXIT_OK, PipelineFailed, RunnerError
+from runner.errors import EXIT_OK, PipelineFailed, RunnerError
 from runner.profile import load_target
 from runner.project import tracked_tables
 from runner.session import create_session
@@ -73,8 +73,10 @@ def _batch_id() -> str:
 
 
 def run_pipeline(spark, project_dir: Path, target, landing_dir: Path, *, select: list[str] = (),
-                 full_refresh: bool = False, upper_lsn: str | None = None, progress=None) -> list[dict]:
-    """Lands, builds and reports one run; returns the summary rows. Raises PipelineFailed."""
+                 full_refresh: bool = False, upper_lsn: str | None = None, strict: bool = False,
+                 progress=None) -> list[dict]:
+    """Lands, builds and reports one run; returns the summary rows (one per tracked table).
+    Raises PipelineFailed (also when strict and this batch quarantined rows)."""
     progress = progress or report.Progress()
     batch_id = _batch_id()
     progress.step(f"landing new files from {landing_dir} (batch {batch_id})")
@@ -82,29 +84,39 @@ def run_pipeline(spark, project_dir: Path, target, landing_dir: Path, *, select:
     progress.step(f"landed {sum(counts.values())} records from {len(counts)} folders")
     base_vars = {"cdc_raw_schema": target.raw_schema}
     dbt = Dbt(project_dir, target.name, dict(base_vars))
-    if upper_lsn is None:
-        rows = dbt.query("{{ sqlserver_cdc.landed_high_water_mark() }}")
-        upper_lsn = rows[0]["upper_lsn"] if rows else None
-    else:
+    bounds = {r["channel"]: r for r in dbt.query("{{ sqlserver_cdc.landed_high_water_mark() }}")}
+    uppers = {channel: r["upper_lsn"] for channel, r in bounds.items() if r["upper_lsn"]}
+    if upper_lsn is not None:
         rows = dbt.query("select {{ sqlserver_cdc.lsn_normalize(\"'" + upper_lsn.replace("'", "") + "'\") }} as upper_lsn")
         if not rows or rows[0]["upper_lsn"] is None:
             raise PipelineFailed(f"--upper-lsn {upper_lsn} is not an LSN; give e.g. 0x0000002C00000300017C")
-        upper_lsn = rows[0]["upper_lsn"]
-    run_vars = {**base_vars, "cdc_run_id": batch_id}
-    if upper_lsn:
-        run_vars["cdc_upper_lsn"] = upper_lsn
-        progress.step(f"window: changes up to LSN 0x{upper_lsn} (one bound for every tracked table)")
-    else:
-        progress.step("window: no lsn_time_mapping landed yet, nothing to apply")
+        uppers = {channel: rows[0]["upper_lsn"] for channel in bounds}
+    run_vars = {**base_vars, "cdc_run_id": batch_id, "cdc_upper_lsn": uppers}
+    upper_batch = (bounds.get("ces") or {}).get("upper_batch")
+    if upper_batch:
+        run_vars["cdc_upper_batch"] = upper_batch
+    channels = {t.channel for t in tracked_tables(project_dir)}
+    for channel in sorted(channels):
+        if uppers.get(channel):
+            progress.step(f"window ({channel}): changes up to LSN 0x{uppers[channel]} (one bound for its tables)")
+        else:
+            progress.step(f"window ({channel}): nothing landed yet to apply")
     dbt.vars = run_vars
-    if not full_refresh and not select and not counts and upper_lsn and _marts_at(dbt, project_dir, upper_lsn):
-        progress.step(f"nothing new landed and every mart is at LSN 0x{upper_lsn}: nothing to build")
+    if not full_refresh and not select and not counts and _marts_at(dbt, project_dir, uppers, upper_batch):
+        progress.step("nothing new landed and every mart is at its upper bound: nothing to build")
         return []
     progress.step("dbt build" + (" --full-refresh" if full_refresh else ""))
     failed = dbt.build(list(select), full_refresh)
     summary = dbt.query(f"{{{{ sqlserver_cdc.run_summary('{batch_id}', '{batch_id}') }}}}")
+    stream = {"quarantined": 0}
+    if "ces" in channels or any(kind == "ces" for kind, _ in counts):
+        stream = dbt.query(f"{{{{ sqlserver_cdc.ces_stream_summary('{batch_id}') }}}}")[0]
+        progress.step(
+            f"CES stream: {stream['lines_landed']} lines landed, {stream['duplicates']} duplicates dropped, "
+            f"{stream['pending_messages']} split messages waiting for segments, {stream['quarantined']} lines "
+            f"quarantined ({stream['quarantined_total']} in all)")
     report.print_table(report.summary_table(summary))
-    quarantined = sum(int(r["quarantined"]) for r in summary)
+    quarantined = sum(int(r["quarantined"]) for r in summary) + int(stream["quarantined"])
     if quarantined:
         progress.step(f"{quarantined} landed rows were quarantined in this batch: see the cdc_quarantine view "
                       f"(where _batch_id = '{batch_id}')")
@@ -113,14 +125,23 @@ def run_pipeline(spark, project_dir: Path, target, landing_dir: Path, *, select:
             f"{len(failed)} dbt node(s) failed ({'; '.join(failed[:3])}); watermarks of the affected marts were "
             "not advanced: fix the cause and re-run"
         )
+    if strict and quarantined:
+        raise PipelineFailed("rows were quarantined and --strict is set; inspect cdc_quarantine")
     return summary
 
 
-def _marts_at(dbt: Dbt, project_dir: Path, upper_lsn: str) -> bool:
-    """True when every tracked table's marts have advanced to upper_lsn (a run would change nothing)."""
-    reached = {r["model_name"]: r["watermark_lsn"] for r in dbt.query("{{ sqlserver_cdc.mart_watermarks() }}")}
-    marts = [f"{t.name}_{kind}" for t in tracked_tables(project_dir) for kind in ("current", "history")]
-    return all(reached.get(m) == upper_lsn for m in marts)
+def _marts_at(dbt: Dbt, project_dir: Path, uppers: dict[str, str], upper_batch: str | None) -> bool:
+    """True when every tracked table's marts have reached their channel's upper bound (and, for
+    event channels, the last landed batch): a run would change nothing."""
+    reached = {r["model_name"]: r for r in dbt.query("{{ sqlserver_cdc.mart_watermarks() }}")}
+    for table in tracked_tables(project_dir):
+        for mart in (f"{table.name}_current", f"{table.name}_history"):
+            row = reached.get(mart)
+            if row is None or row["watermark_lsn"] != uppers.get(table.channel):
+                return False
+            if table.channel != "change_tables" and row["watermark_batch"] != upper_batch:
+                return False
+    return True
 
 
 def _landing_dir(args) -> Path:
@@ -142,14 +163,11 @@ def main(argv: list[str] | None = None) -> int:
         landing.discover(_landing_dir(args))  # a missing landing folder is a usage error: fail before Spark
         progress.step(f"starting Spark (target {target.name})")
         spark = create_session(target, args.project_dir)
-        summary = run_pipeline(
+        run_pipeline(
             spark, args.project_dir, target, _landing_dir(args),
             select=getattr(args, "select", []), full_refresh=getattr(args, "full_refresh", False),
-            upper_lsn=getattr(args, "upper_lsn", None), progress=progress,
+            upper_lsn=getattr(args, "upper_lsn", None), strict=getattr(args, "strict", False), progress=progress,
         )
-        if getattr(args, "strict", False) and any(int(r["quarantined"]) for r in summary):
-            progress.step("FAILED: rows were quarantined and --strict is set; inspect cdc_quarantine")
-            return EXIT_FAILED
         if args.command == "demo":
             progress.step("demo done: query the marts, e.g. `select * from cdc.customers_current`")
         progress.step("OK")

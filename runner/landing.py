@@ -2,9 +2,11 @@
 
 Landing contract (README "Landing"): `change_tables/<capture_instance>/` and
 `cdc_metadata/{lsn_time_mapping,change_tables,captured_columns}/`, files in any sub-folder, as
-Parquet (`.parquet`), CSV with a header (`.csv`) or JSON lines (`.json`, `.jsonl`).
-Every record becomes a map of lower-cased column names to text (binary as `0x` hex) plus the
-file it came from and the batch id. A file already landed (same path relative to the landing
+Parquet (`.parquet`), CSV with a header (`.csv`) or JSON lines (`.json`, `.jsonl`); and `ces/`
+(optionally `ces/<event hub or topic>/`), CloudEvents as JSON lines.
+Every record becomes a map of lower-cased column names to text (binary as `0x` hex; nested JSON
+as its JSON text) plus the file it came from and the batch id; JSON lines also keep their text,
+so a line that is not a JSON object reaches quarantine as it was. A file already landed (same path relative to the landing
 folder) is never landed again, so re-running over the same files adds nothing twice.
 """
 
@@ -16,8 +18,11 @@ from pathlib import Path
 
 from runner.errors import UsageError
 
-KINDS = ("change_tables", "cdc_metadata")
+KINDS = ("change_tables", "cdc_metadata", "ces")
 FORMATS = {".parquet": "parquet", ".csv": "csv", ".json": "json", ".jsonl": "json"}
+# CES events are routed by their own db.schema.tbl, so files may sit directly in ces/ too.
+FLAT_KINDS = {"ces": ("json",)}
+FLAT_ENTITY = "default"
 RAW_TABLE = "landed_rows"
 
 
@@ -39,10 +44,17 @@ def discover(landing_dir: Path) -> list[LandedFile]:
         raise UsageError(f"landing folder {landing_dir} does not exist; pass --landing DIR")
     found = []
     for kind in KINDS:
-        for entity_dir in sorted(p for p in (landing_dir / kind).glob("*") if p.is_dir()):
-            for path in sorted(entity_dir.rglob("*")):
-                if path.is_file() and path.suffix.lower() in FORMATS and not path.name.startswith(("_", ".")):
-                    found.append(LandedFile(kind, entity_dir.name, path, path.relative_to(landing_dir).as_posix()))
+        root = landing_dir / kind
+        for path in sorted(root.rglob("*")):
+            if not path.is_file() or path.suffix.lower() not in FORMATS or path.name.startswith(("_", ".")):
+                continue
+            parts = path.relative_to(root).parts
+            if kind in FLAT_KINDS:
+                if FORMATS[path.suffix.lower()] in FLAT_KINDS[kind]:
+                    entity = parts[0] if len(parts) > 1 else FLAT_ENTITY
+                    found.append(LandedFile(kind, entity, path, path.relative_to(landing_dir).as_posix()))
+            elif len(parts) > 1:
+                found.append(LandedFile(kind, parts[0], path, path.relative_to(landing_dir).as_posix()))
     return found
 
 

@@ -101,6 +101,8 @@ def write_batch(landing: Path, batch: str, tables: list[TableSpec], transactions
     'csv' | 'jsonl'. min_lsn (capture instance to LSN) writes a cdc.change_tables export with
     that validity low end."""
     for table in tables:
+        if table.channel != "change_tables":
+            continue
         rows = [r for tx in transactions for r in tx.changes.get(table.name, [])]
         if not rows:
             continue
@@ -142,5 +144,5 @@ def write_captured_columns(landing: Path, tables: list[TableSpec]) -> None:
     _write_csv(folder / "captured_columns.csv", [
         {"object_id": 1000 + i, "column_name": c.name, "column_id": c.ordinal, "column_type": c.type,
          "column_ordinal": c.ordinal, "is_computed": 0}
-        for i, t in enumerate(tables) for c in t.columns
+        for i, t in enumerate(tables) if t.channel == "change_tables" for c in t.columns
     ], ["object_id", "column_name", "column_id", "column_type", "column_ordinal", "is_computed"])

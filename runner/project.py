@@ -21,14 +21,19 @@ def tracked_tables(project_dir: Path) -> list[TableSpec]:
     for name, table in declared.items():
         try:
             columns = tuple(Column(c["name"], str(c["type"]), int(c["ordinal"])) for c in table["columns"])
-            specs.append(TableSpec(name, table["capture_instance"], tuple(table["key"]), columns))
+            channel = table.get("channel", "change_tables")
+            if channel == "change_tables":
+                specs.append(TableSpec(name, table["capture_instance"], tuple(table["key"]), columns))
+            else:
+                source = (table.get("source_database"), table["source_schema"], table["source_table"])
+                specs.append(TableSpec(name, None, tuple(table["key"]), columns, channel, source))
         except (KeyError, TypeError, ValueError) as exc:
             raise UsageError(f"tracked table '{name}' in dbt_project.yml is incomplete: {exc}") from exc
     return specs
 
 
 # The thin model file of each channel's staging model, as README "Declaring a tracked table" shows.
-STAGING_MACROS = {"change_tables": "stage_change_table"}
+STAGING_MACROS = {"change_tables": "stage_change_table", "ces": "stage_ces_table"}
 _NOT_COPIED = {".venv", ".state", "landing", "target", "logs", "tests", ".git", "bench"}
 
 
@@ -50,7 +55,8 @@ def copy_project(source: Path, destination: Path, tables: dict[str, dict], repla
         for name, table in declared.items():
             (destination / "models/staging" / table["channel"] / f"stg_{table['channel']}__{name}.sql").unlink()
             shutil.rmtree(destination / "models/marts" / name)
-        for yml in ("models/staging/change_tables/_change_tables__models.yml", "models/marts/_marts__models.yml"):
+        for yml in ("models/staging/change_tables/_change_tables__models.yml", "models/staging/ces/_ces__models.yml",
+                    "models/marts/_marts__models.yml"):
             (destination / yml).unlink()
         declared.clear()
     declared.update(tables)

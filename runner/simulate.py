@@ -26,9 +26,12 @@ class Column:
 @dataclass(frozen=True)
 class TableSpec:
     name: str
-    capture_instance: str
+    capture_instance: str | None
     key: tuple[str, ...]
     columns: tuple[Column, ...]
+    channel: str = "change_tables"
+    # where CES events of the table come from (data.eventsource db, schema, tbl)
+    source: tuple[str | None, str, str] | None = None
 
     @property
     def non_key(self) -> list[Column]:

@@ -4,7 +4,9 @@
     operation is the net operation of the last transaction that changed the key (so it does not
     depend on how runs cut the change stream). Incremental: each key's latest transaction in the
     window replaces the stored row in the partitions the window touches, only if it is not older,
-    so re-running a window changes nothing. With incremental_strategy merge (delta / iceberg) an
+    so re-running a window changes nothing. Channels whose events arrive late (CES) rebuild each
+    key touched by newly arrived events from all its events instead, so a late event lands in
+    LSN order. With incremental_strategy merge (delta / iceberg) an
     incremental run returns only the window's latest row per key, deleted keys included, and
     mart_merge_sql deletes, updates (when not older) or inserts them. -#}
 {% macro current_state(table_name) -%}
@@ -17,8 +19,9 @@
 {%- set columns = t.columns | map(attribute='name') | list -%}
 {%- set non_key = sqlserver_cdc._non_key_columns(t) -%}
 {%- set out_columns = t.key + non_key + ['commit_lsn', 'commit_time', 'operation', 'is_deleted', '_bucket'] -%}
-{%- set merging = sqlserver_cdc._mart_merges() -%}
-{%- set window = sqlserver_cdc._mart_window() -%}
+{%- set merging = sqlserver_cdc._mart_merges(t) -%}
+{%- set window = sqlserver_cdc._mart_window(t) -%}
+{%- set recompute = sqlserver_cdc._recomputes_keys(t) -%}
 {%- if window and window.empty %}
 select {{ out_columns | join(', ') }} from {{ this }} where false
 {%- else %}
@@ -27,6 +30,12 @@ with
 bounds as (
     {{ sqlserver_cdc._mart_bounds(t) }}
 ),
+{%- if recompute %}
+
+touched as (
+    {{ sqlserver_cdc._mart_touched(t) }}
+),
+{%- endif %}
 
 changes as (
     {{ sqlserver_cdc._mart_changes(t, window) }}
@@ -55,9 +64,16 @@ candidates as (
     select * from applied
     {%- if is_incremental() and not merging %}
     union all
-    select {{ out_columns | join(', ') }}, 0 as _priority
-    from {{ this }}
-    where _bucket in (select distinct _bucket from applied)
+    select {% for c in out_columns %}stored.{{ c }}, {% endfor %}0 as _priority
+    from {{ this }} as stored
+    {%- if recompute %}
+    -- a touched key is rebuilt from all its events: its stored row goes
+    left anti join touched
+        on {{ sqlserver_cdc._key_match(t, 'stored', 'touched') }}
+    where stored._bucket in (select distinct {{ sqlserver_cdc._bucket(t) }} from touched)
+    {%- else %}
+    where stored._bucket in (select distinct _bucket from applied)
+    {%- endif %}
     {%- endif %}
 ),
 

@@ -4,7 +4,9 @@
     (commit times), is_current, operation and changed_columns (from the update mask). A delete
     closes the open version; history_delete_versions: true also keeps an explicit deleted version.
     Incremental: new versions are merged with the stored versions of the same keys that are still
-    open after the watermark, and validity is recomputed for those keys only.
+    open after the watermark, and validity is recomputed for those keys only. Channels whose
+    events arrive late (CES) rebuild every version of each key touched by newly arrived events
+    from all its events instead, so a late event is placed in LSN order.
     history_columns (like "track history on"): an update whose mask touches none of those columns
     opens no version; it is folded into the open version, whose values become the latest values
     (valid_from_lsn, operation and changed_columns stay those of the change that opened it).
@@ -21,8 +23,9 @@
 {%- set non_key = sqlserver_cdc._non_key_columns(t) -%}
 {%- set version_columns = t.key + non_key + ['valid_from_lsn', 'valid_from', 'operation', 'changed_columns', 'is_deleted', '_bucket'] -%}
 {%- set out_columns = t.key + non_key + ['valid_from_lsn', 'valid_to_lsn', 'valid_from', 'valid_to', 'is_current', 'operation', 'changed_columns', 'is_deleted', '_bucket'] -%}
-{%- set merging = sqlserver_cdc._mart_merges() -%}
-{%- set window = sqlserver_cdc._mart_window() -%}
+{%- set merging = sqlserver_cdc._mart_merges(t) -%}
+{%- set window = sqlserver_cdc._mart_window(t) -%}
+{%- set recompute = sqlserver_cdc._recomputes_keys(t) -%}
 {%- if window and window.empty %}
 select {{ out_columns | join(', ') }} from {{ this }} where false
 {%- else %}
@@ -31,6 +34,12 @@ with
 bounds as (
     {{ sqlserver_cdc._mart_bounds(t) }}
 ),
+{%- if recompute %}
+
+touched as (
+    {{ sqlserver_cdc._mart_touched(t) }}
+),
+{%- endif %}
 
 changes as (
     {{ sqlserver_cdc._mart_changes(t, window) }}
@@ -52,7 +61,7 @@ new_versions as (
         case operation_code
             when 2 then array({% for c in t.columns | sort(attribute='ordinal') %}'{{ c.name }}'{{ ', ' if not loop.last }}{% endfor %})
             when 1 then cast(array() as array<string>)
-            else {{ sqlserver_cdc.changed_columns('update_mask', t.capture_instance) }}
+            else {{ sqlserver_cdc._changed_columns_of('update_mask', t.columns) }}
         end as changed_columns,
         operation_code = 1 as is_deleted,
         {{ sqlserver_cdc._bucket(t) }} as _bucket,
@@ -64,7 +73,7 @@ new_versions as (
 {%- if is_incremental() %}
 
 batch_keys as (
-    select distinct {{ t.key | join(', ') }} from new_versions
+    select distinct {{ t.key | join(', ') }} from {{ 'touched' if recompute else 'new_versions' }}
 ),
 
 stored as (
@@ -77,20 +86,22 @@ stored as (
         stored.is_current,
         0 as _priority,
         batch_keys.{{ t.key[0] }} is not null
+            {%- if not recompute %}
             and (stored.valid_to_lsn is null or stored.valid_to_lsn > bounds.lower_lsn)
+            {%- endif %}
             as _recompute
     from {{ this }} as stored
     cross join bounds
     left join batch_keys
         on {{ sqlserver_cdc._key_match(t, 'stored', 'batch_keys') }}
-    where stored._bucket in (select distinct _bucket from new_versions)
+    where stored._bucket in (select distinct _bucket from {{ 'new_versions' if not recompute else '(select ' ~ sqlserver_cdc._bucket(t) ~ ' as _bucket from touched) as touched_buckets' }})
 ),
 
 {%- endif %}
 
 recompute as (
     select {{ version_columns | join(', ') }}, _priority from new_versions
-    {%- if is_incremental() %}
+    {%- if is_incremental() and not recompute %}
     union all
     select {{ version_columns | join(', ') }}, _priority from stored where _recompute
     {%- endif %}

@@ -1,8 +1,17 @@
-{#- Used by the runner to fix one upper bound per run before models run: the largest valid
-    commit LSN landed in cdc.lsn_time_mapping, read from the raw landing table (the staging views
-    may not exist yet on a first run). -#}
+{#- Used by the runner to fix the run's bounds before models run, read from the raw landing
+    table (the staging views may not exist yet on a first run): per channel the largest valid
+    commit LSN landed (change tables: cdc.lsn_time_mapping; CES: the events' logicalid), and the
+    last landing batch of each event channel. -#}
 {% macro landed_high_water_mark() -%}
-    select max({{ sqlserver_cdc.lsn_normalize("row_values['start_lsn']") }}) as upper_lsn
+    select
+        'change_tables' as channel,
+        max({{ sqlserver_cdc.lsn_normalize("row_values['start_lsn']") }}) as upper_lsn,
+        cast(null as string) as upper_batch
     from {{ source('cdc_raw', 'landed_rows') }}
     where landing_kind = 'cdc_metadata' and entity = 'lsn_time_mapping'
+    union all
+    select
+        'ces' as channel,
+        ({{ sqlserver_cdc._landed_upper_lsn('ces') }}) as upper_lsn,
+        {{ sqlserver_cdc.upper_batch('ces') }} as upper_batch
 {%- endmacro %}

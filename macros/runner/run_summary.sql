@@ -1,7 +1,8 @@
 {#- Used by the runner after a build: one row per tracked table with the rows landed and
-    quarantined in this batch, the changes applied by this run (between the current-state mart's
-    previous and new watermark), the LSN reached and how far its commit time lags the capture
-    high-water mark (seconds), and the size of both marts. -#}
+    quarantined in this batch, the changes applied by this run (change tables: between the
+    current-state mart's previous and new watermark; CES: the events this run took in), the LSN
+    reached and (change tables) how far its commit time lags the capture high-water mark
+    (seconds), and the size of both marts. -#}
 {% macro run_summary(batch_id, run_id) -%}
     {%- set mapping = ref('stg_cdc_metadata__lsn_time_mapping') -%}
     {%- set watermarks = sqlserver_cdc.watermark_relation() -%}
@@ -13,7 +14,11 @@
         applied.changes_applied,
         w.reached_lsn as lsn_reached,
         w.after_lsn is not null as advanced,
+        {%- if table.channel == 'change_tables' %}
         cast(unix_timestamp(hwm.commit_time) - unix_timestamp(reached.tran_end_time) as bigint) as lag_seconds,
+        {%- else %}
+        cast(null as bigint) as lag_seconds,
+        {%- endif %}
         (select count(*) from {{ ref(name ~ '_current') }}) as current_rows,
         (select count(*) from {{ ref(name ~ '_history') }}) as history_versions
     from (
@@ -36,8 +41,14 @@
         select count(*) as changes_applied
         from {{ ref('stg_' ~ table.channel ~ '__' ~ name) }} as s
         cross join ({{ sqlserver_cdc._summary_watermarks(watermarks, name, run_id) }}) as bounds
+        {%- if table.channel == 'change_tables' %}
         where s.commit_lsn > bounds.before_lsn and s.commit_lsn <= bounds.after_lsn
             and s.quarantine_reason is null and s.operation != 'update_before'
+        {%- else %}
+        -- events arrive out of order: those this run took in, whatever their LSN
+        where s._batch_id > bounds.before_batch and s._batch_id <= bounds.after_batch
+            and s.commit_lsn <= bounds.after_lsn and s.quarantine_reason is null
+        {%- endif %}
     ) as applied
     left join {{ mapping }} as reached
         on reached.start_lsn = w.reached_lsn and reached.quarantine_reason is null
@@ -50,7 +61,23 @@
 {% macro _summary_watermarks(watermarks, name, run_id) -%}
     select
         coalesce(max_by(watermark_lsn, recorded_at) filter (where invocation_id != '{{ run_id }}'), '') as before_lsn,
-        max_by(watermark_lsn, recorded_at) filter (where invocation_id = '{{ run_id }}') as after_lsn
+        max_by(watermark_lsn, recorded_at) filter (where invocation_id = '{{ run_id }}') as after_lsn,
+        coalesce(max_by(watermark_batch, recorded_at) filter (where invocation_id != '{{ run_id }}'), '') as before_batch,
+        max_by(watermark_batch, recorded_at) filter (where invocation_id = '{{ run_id }}') as after_batch
     from {{ watermarks }}
     where model_name = '{{ name }}_current'
+{%- endmacro %}
+
+{#- Used by the runner after a build when CES events landed: lines landed in this batch, how many
+    of them were duplicates, split messages still waiting for segments, and lines quarantined
+    (in this batch, and in all: an incomplete message becomes an orphan batches after landing). -#}
+{% macro ces_stream_summary(batch_id) -%}
+    select
+        (select count(*) from {{ source('cdc_raw', 'landed_rows') }}
+            where landing_kind = 'ces' and _batch_id = '{{ batch_id }}') as lines_landed,
+        count_if(_batch_id = '{{ batch_id }}' and status = 'duplicate') as duplicates,
+        count(distinct case when status = 'pending' then logicalid end) as pending_messages,
+        count_if(_batch_id = '{{ batch_id }}' and status = 'quarantined') as quarantined,
+        count_if(status = 'quarantined') as quarantined_total
+    from {{ ref('stg_ces__events') }}
 {%- endmacro %}

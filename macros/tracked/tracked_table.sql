@@ -1,5 +1,6 @@
 {#- The declaration of a tracked table (var cdc_tracked_tables), validated, with defaults filled:
-    name, channel, capture_instance, key (list), columns (name, type, ordinal), buckets,
+    name, channel (change_tables | ces), capture_instance (change tables only), source_database,
+    source_schema, source_table (how CES events are routed), key (list), columns (name, type, ordinal), buckets,
     soft_deletes, history_delete_versions, history_columns (the columns whose changes open a new
     history version; none means every column). Fails with a message naming the table and the bad field. -#}
 {% macro tracked_table(table_name) -%}
@@ -8,8 +9,12 @@
         {{ exceptions.raise_compiler_error("tracked table '" ~ table_name ~ "' is not declared in var cdc_tracked_tables (declared: " ~ (tables.keys() | list | join(', ')) ~ ")") }}
     {%- endif -%}
     {%- set raw = tables[table_name] -%}
-    {%- for field in ['channel', 'capture_instance', 'key', 'columns'] if field not in raw -%}
-        {{ exceptions.raise_compiler_error("tracked table '" ~ table_name ~ "': missing '" ~ field ~ "'") }}
+    {%- set channels = {'change_tables': ['capture_instance'], 'ces': ['source_schema', 'source_table']} -%}
+    {%- if raw.get('channel') not in channels -%}
+        {{ exceptions.raise_compiler_error("tracked table '" ~ table_name ~ "': channel must be one of " ~ (channels.keys() | list | join(', ')) ~ "; got '" ~ raw.get('channel') ~ "'") }}
+    {%- endif -%}
+    {%- for field in ['key', 'columns'] + channels[raw.channel] if field not in raw -%}
+        {{ exceptions.raise_compiler_error("tracked table '" ~ table_name ~ "': missing '" ~ field ~ "' (channel " ~ raw.channel ~ ")") }}
     {%- endfor -%}
     {%- set names = raw.columns | map(attribute='name') | map('lower') | list -%}
     {%- for column in raw.columns -%}
@@ -33,7 +38,8 @@
     {{ return({
         'name': table_name,
         'channel': raw.channel,
-        'capture_instance': raw.capture_instance,
+        'capture_instance': raw.get('capture_instance'),
+        'source_database': raw.get('source_database'),
         'source_schema': raw.get('source_schema'),
         'source_table': raw.get('source_table'),
         'key': raw.key,

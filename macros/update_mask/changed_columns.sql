@@ -5,8 +5,12 @@
 {%- endmacro %}
 
 {% macro default__changed_columns(mask, capture_instance) -%}
-    {%- set table = sqlserver_cdc.tracked_table_for_capture_instance(capture_instance) -%}
-    {%- set columns = table.columns | sort(attribute='ordinal') -%}
+    {{ return(sqlserver_cdc._changed_columns_of(mask, sqlserver_cdc.tracked_table_for_capture_instance(capture_instance).columns)) }}
+{%- endmacro %}
+
+{#- changed_columns over a list of declared columns (name, ordinal), for any channel. -#}
+{% macro _changed_columns_of(mask, columns) -%}
+    {%- set columns = columns | sort(attribute='ordinal') -%}
     (case when {{ mask }} is not null then filter(
         array({% for c in columns %}{{ "'" ~ c.name ~ "'" }}{{ ", " if not loop.last }}{% endfor %}),
         (name, i) -> element_at(array(

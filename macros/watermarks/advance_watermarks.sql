@@ -14,20 +14,37 @@
     {%- set advanced = [] -%}
     {%- for r in results if r.node.resource_type == 'model' and r.status == 'success'
         and r.node.config.meta.get('cdc_mart') and r.node.unique_id not in blocked -%}
-        {%- do advanced.append(r.node.name) -%}
+        {%- do advanced.append(r.node) -%}
     {%- endfor -%}
     {%- if advanced -%}
-        {%- set value = var('cdc_upper_lsn', none) -%}
-        {%- if value is none -%}
-            {%- set mapping = graph.nodes.values() | selectattr('name', 'equalto', 'stg_cdc_metadata__lsn_time_mapping') | first -%}
-            {%- set value_sql = '(select max(start_lsn) from ' ~ mapping.relation_name ~ ' where quarantine_reason is null)' -%}
-        {%- else -%}
-            {%- set value_sql = "'" ~ value ~ "'" -%}
-        {%- endif %}
-    insert into {{ sqlserver_cdc.watermark_relation() }}
-    select model_name, {{ value_sql }}, '{{ var("cdc_run_id", invocation_id) }}', current_timestamp()
-    from (values {% for m in advanced %}('{{ m }}'){{ ', ' if not loop.last }}{% endfor %}) as advanced (model_name)
+        {%- set tables = var('cdc_tracked_tables', {}) -%}
+    insert into {{ sqlserver_cdc.watermark_relation() }} (model_name, watermark_lsn, invocation_id, recorded_at, watermark_batch)
+    {%- for node in advanced %}
+        {%- set channel = tables.get(node.config.meta.get('cdc_table'), {}).get('channel', 'change_tables') %}
+    select
+        '{{ node.name }}',
+        {{ sqlserver_cdc._upper_lsn_for_hook(channel) }},
+        '{{ var("cdc_run_id", invocation_id) }}',
+        current_timestamp(),
+        {{ sqlserver_cdc.upper_batch(channel) if channel != 'change_tables' else 'cast(null as string)' }}
+    {{ 'union all' if not loop.last }}
+    {%- endfor %}
     {%- else %}
     select 1
+    {%- endif -%}
+{%- endmacro %}
+
+{#- upper_lsn for the on-run-end hook, where ref() is not available: the staging relations are
+    looked up in the graph. -#}
+{% macro _upper_lsn_for_hook(channel) -%}
+    {%- set value = var('cdc_upper_lsn', none) -%}
+    {%- if value is mapping -%}{%- set value = value.get(channel) -%}{%- endif -%}
+    {%- if value is not none -%}
+    '{{ value }}'
+    {%- elif channel == 'change_tables' -%}
+        {%- set mapping = graph.nodes.values() | selectattr('name', 'equalto', 'stg_cdc_metadata__lsn_time_mapping') | first -%}
+    (select max(start_lsn) from {{ mapping.relation_name }} where quarantine_reason is null)
+    {%- else -%}
+    ({{ sqlserver_cdc._landed_upper_lsn(channel) }})
     {%- endif -%}
 {%- endmacro %}

@@ -5,3 +5,10 @@
         from {{ sqlserver_cdc.watermark_relation() }}
         where model_name = '{{ this.identifier }}')
 {%- endmacro %}
+
+{#- The landing batch the current model last took in (event channels), '' when none. -#}
+{% macro mart_lower_batch() -%}
+    (select coalesce(max_by(watermark_batch, recorded_at), '')
+        from {{ sqlserver_cdc.watermark_relation() }}
+        where model_name = '{{ this.identifier }}')
+{%- endmacro %}

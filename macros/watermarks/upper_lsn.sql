@@ -1,14 +1,49 @@
-{#- The run's upper LSN bound: var cdc_upper_lsn (the runner passes one bound for every table),
-    else the capture high-water mark landed in lsn_time_mapping. -#}
-{% macro upper_lsn() -%}
+{#- The run's upper LSN bound for a channel's tables. var cdc_upper_lsn (the runner passes one
+    bound per channel, fixed before models run) is either one LSN for every channel or a mapping
+    channel -> LSN. Without it: change tables use the capture high-water mark landed in
+    lsn_time_mapping; CES the largest commit LSN among landed events' logicalid. -#}
+{% macro upper_lsn(channel='change_tables') -%}
     {%- set value = var('cdc_upper_lsn', none) -%}
+    {%- if value is mapping -%}
+        {%- set value = value.get(channel) -%}
+    {%- endif -%}
+    {%- if value is none -%}
+        {%- if channel == 'change_tables' %}
     -- depends_on: {{ ref('stg_cdc_metadata__lsn_time_mapping') }}
-    {%- if value is none %}
     {{ sqlserver_cdc.max_lsn() }}
+        {%- else %}
+    ({{ sqlserver_cdc._landed_upper_lsn(channel) }})
+        {%- endif -%}
     {%- else -%}
         {%- if not modules.re.match('^[0-9A-F]{20}$', value | string) -%}
-            {{ exceptions.raise_compiler_error("var cdc_upper_lsn must be a canonical LSN (20 uppercase hex digits); got '" ~ value ~ "'") }}
+            {{ exceptions.raise_compiler_error("var cdc_upper_lsn must be a canonical LSN (20 uppercase hex digits) or a mapping of channel to such LSNs; got '" ~ value ~ "'") }}
         {%- endif %}
     '{{ value }}'
     {%- endif -%}
+{%- endmacro %}
+
+{#- The largest commit LSN landed for an event channel, read from the raw landing table (CES: the
+    LSN part of each event's logicalid, which every segment carries). -#}
+{% macro _landed_upper_lsn(channel) -%}
+    select max(upper(element_at(split(row_values['logicalid'], ':'), -2)))
+    from {{ sqlserver_cdc._raw_landed_rows() }}
+    where landing_kind = '{{ channel }}'
+        and row_values['logicalid'] rlike '^[^:]+:[0-9A-Fa-f]{20}:[0-9]{1,20}$'
+{%- endmacro %}
+
+{#- The last landing batch a run of an event channel's marts takes in: var cdc_upper_batch (the
+    runner's batch), else the latest batch that landed events of the channel. -#}
+{% macro upper_batch(channel) -%}
+    {%- set value = var('cdc_upper_batch', none) -%}
+    {%- if value is none -%}
+    (select max(_batch_id) from {{ sqlserver_cdc._raw_landed_rows() }} where landing_kind = '{{ channel }}')
+    {%- else -%}
+    '{{ value | replace("'", "") }}'
+    {%- endif -%}
+{%- endmacro %}
+
+{#- The raw landing table by name (source cdc_raw.landed_rows), usable in hooks, where source()
+    is not. -#}
+{% macro _raw_landed_rows() -%}
+    {{ var('cdc_raw_schema', target.schema ~ '_raw') }}.landed_rows
 {%- endmacro %}

@@ -6,6 +6,7 @@
 {%- endfor %}
 {%- do staged.append(('cast(null as string)', 'stg_cdc_metadata__lsn_time_mapping')) %}
 {%- do staged.append(('cast(null as string)', 'stg_cdc_metadata__change_tables')) %}
+{%- do staged.append(('cast(null as string)', 'stg_ces__events')) %}
 
 with
 

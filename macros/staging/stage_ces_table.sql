@@ -1,0 +1,127 @@
+{#- Staging for one tracked table fed by Change Event Streaming: the complete events of
+    stg_ces__events routed to it by data.eventsource db.schema.tbl (case-insensitive; db only when
+    the table declares source_database), with the row image (current; old for a delete) typed to
+    the declared SQL Server types. Same columns as change-table staging (change_lsn holds the
+    in-transaction sequence number, 20 digits; command_id is NULL), plus _has_<column>: whether
+    the event carried the column. A column an update or delete does not carry
+    (@include_all_columns = 0, or no old values) is "unchanged", which the marts fill from the
+    key's previous event. update_mask is built from the columns an update carries (and, when old
+    values are sent, only those whose value differs). Values that do not cast and events without
+    their key are quarantined, naming column and value. -#}
+{% macro stage_ces_table(table_name) -%}
+    {{ return(adapter.dispatch('stage_ces_table', 'sqlserver_cdc')(table_name)) }}
+{%- endmacro %}
+
+{% macro default__stage_ces_table(table_name) -%}
+{%- set t = sqlserver_cdc.tracked_table(table_name) -%}
+{%- set keys = t.key | map('lower') | list -%}
+{%- set changed_flags, all_flags = [], [] -%}
+{%- set width = t.columns | map(attribute='ordinal') | max -%}
+{%- for c in t.columns -%}
+    {%- do all_flags.append([c.ordinal, 'true']) -%}
+    {%- if c.name | lower not in keys -%}
+        {%- do changed_flags.append([c.ordinal, "_has_" ~ c.name ~ " and not coalesce(old_values['" ~ (c.name | lower)
+            ~ "'] <=> current_values['" ~ (c.name | lower) ~ "'] and map_contains_key(old_values, '" ~ (c.name | lower) ~ "'), false)"]) -%}
+    {%- endif -%}
+{%- endfor -%}
+with
+
+events as (
+    select
+        event_id, commit_lsn, sequence_number, operation, key_values, old_image, current_image, commit_time,
+        landed_record, _source_file, _batch_id, _ingested_at
+    from {{ ref('stg_ces__events') }}
+    where status = 'complete'
+        and lower(source_schema) = '{{ t.source_schema | lower }}'
+        and lower(source_table) = '{{ t.source_table | lower }}'
+        {%- if t.source_database %}
+        and lower(source_database) = '{{ t.source_database | lower }}'
+        {%- endif %}
+),
+
+images as (
+    select
+        *,
+        transform_keys(from_json(current_image, 'map<string, string>'), (k, v) -> lower(k)) as current_values,
+        transform_keys(from_json(coalesce(old_image, '{}'), 'map<string, string>'), (k, v) -> lower(k)) as old_values
+    from events
+),
+
+texts as (
+    select
+        *,
+        case when operation = 'delete' then old_values else current_values end as row_image,
+        {%- for c in t.columns %}
+        {%- set name = c.name | lower %}
+        {%- if name in keys %}
+        coalesce((case when operation = 'delete' then old_values else current_values end)['{{ name }}'],
+            key_values['{{ name }}']) as text_{{ c.name }},
+        {%- else %}
+        (case when operation = 'delete' then old_values else current_values end)['{{ name }}'] as text_{{ c.name }},
+        operation = 'insert'
+            or map_contains_key(case when operation = 'delete' then old_values else current_values end, '{{ name }}')
+            as _has_{{ c.name }},
+        {%- endif %}
+        {%- endfor %}
+        case
+            when operation != 'delete' and current_values is null
+                then concat('eventrow.current is not a JSON object: ', current_image)
+            when old_values is null then concat('eventrow.old is not a JSON object: ', old_image)
+        end as unreadable
+    from images
+),
+
+typed as (
+    select
+        *,
+        {{ sqlserver_cdc.operation_number('operation') }} as operation_code,
+        {%- for c in t.columns %}
+        {{ sqlserver_cdc.cast_from_text('text_' ~ c.name, c.type) }} as {{ c.name }}{{ ',' if not loop.last }}
+        {%- endfor %}
+    from texts
+),
+
+validated as (
+    select
+        *,
+        nullif(concat_ws('; ',
+            unreadable,
+            {%- for c in t.columns %}
+            {{ sqlserver_cdc.cast_invalid_reason('text_' ~ c.name, c.type, c.name, typed=c.name) }},
+            {%- endfor %}
+            {%- for k in t.key %}
+            case when text_{{ k }} is null then 'key column {{ k }} is missing' end{{ ',' if not loop.last }}
+            {%- endfor %}
+        ), '') as quarantine_reason
+    from typed
+),
+
+final as (
+    select
+        commit_lsn,
+        lpad(cast(sequence_number as string), 20, '0') as change_lsn,
+        cast(null as int) as command_id,
+        operation,
+        operation_code,
+        case when operation = 'update_after'
+            then {{ sqlserver_cdc.update_mask_from_flags(changed_flags, width) }}
+            else {{ sqlserver_cdc.update_mask_from_flags(all_flags, width) }}
+        end as update_mask,
+        commit_time,
+        {%- for c in t.columns %}
+        {{ c.name }},
+        {%- endfor %}
+        {%- for c in t.columns if c.name | lower not in keys %}
+        _has_{{ c.name }},
+        {%- endfor %}
+        event_id,
+        quarantine_reason,
+        case when quarantine_reason is not null then landed_record end as landed_record,
+        _source_file,
+        _batch_id,
+        _ingested_at
+    from validated
+)
+
+select * from final
+{%- endmacro %}

@@ -1,0 +1,1 @@
+{{ sqlserver_cdc.stage_ces_table('employees') }}
