@@ -6,11 +6,11 @@ quarantined while good events still flow."""
 
 from __future__ import annotations
 
+import copy
 import json
 import random
 import uuid
 from datetime import datetime
-from decimal import Decimal
 
 import yaml
 
@@ -208,3 +208,89 @@ def _check_changed_columns(pipeline, partial_from: str) -> None:
         else:
             assert set(p["ces"]) <= set(p["ct"]), p
     assert sum(1 for p in pairs if p["valid_from_lsn"] < partial_from and p["ces"] != p["ct"]) < len(pairs) // 20
+
+
+EMPLOYEES = TableSpec("employees", None, ("Id",), tuple(
+    Column(c["name"], c["type"], c["ordinal"]) for c in DECLARED["employees"]["columns"]), "ces",
+    ("EmployeesDb", "dbo", "Employees"))
+
+
+def _variant(event: dict, lsn: int, key: int, operation: str | None = None, **values) -> dict:
+    """A copy of an unsplit insert event as another event: new id and LSN, key and values changed."""
+    data = json.loads(event["data"])
+    data["eventsource"]["transaction"]["commitlsn"] = ":".join(
+        (lsn_hex(lsn)[:8], lsn_hex(lsn)[8:16], lsn_hex(lsn)[16:]))
+    data["eventsource"]["pkkey"] = [{"columnname": "Id", "value": str(key)}]
+    current = {**json.loads(data["eventrow"]["current"]), "Id": str(key), **values}
+    data["eventrow"]["current"] = json.dumps(current)
+    guid = event["logicalid"].split(":")[0]
+    return {**event, "id": str(uuid.uuid4()), "logicalid": f"{guid}:{lsn_hex(lsn)}:{1:020d}",
+            "operation": operation or event["operation"], "data": json.dumps(data)}
+
+
+def test_bad_lines_unknown_operations_uncastable_values_and_orphan_segments_are_quarantined(spark, tmp_path):
+    from tests.expected import history as expected_history
+    from tests.test_pipeline import _check_marts
+
+    pipeline = _pipeline(spark, tmp_path, {"employees": DECLARED["employees"]}, replace=True, orphan_after=1)
+    sim = Simulator([EMPLOYEES], seed=37)
+    txs = sim.run(40)
+    events = ces_writer.table_events(EMPLOYEES, txs)
+    # one update, split in three segments, whose middle segment arrives a batch later
+    late = next(i for i, e in enumerate(events) if e["operation"] == "UPD" and i > len(events) // 2)
+    segments = ces_writer._segments(events[late]["data"], events[late]["logicalid"], "UPD",
+                                    txs[-1].end_time, ces_writer.CesOptions(segment_size=len(events[late]["data"]) // 3 + 1),
+                                    random.Random(1))
+    assert len(segments) == 3
+    good = events[:late] + events[late + 1:]
+    insert = next(e for e in events if e["operation"] == "INS")
+    top = txs[-1].commit_lsn
+    # a split message whose last segment never comes: waits one landing batch, then is an orphan
+    orphan = ces_writer._segments(_variant(insert, top + 10, 9003)["data"], _variant(insert, top + 10, 9003)["logicalid"],
+                                  "INS", txs[-1].end_time, ces_writer.CesOptions(segment_size=200), random.Random(2))
+    bad_lines = [
+        "this is not JSON",
+        json.dumps({"specversion": "1.0", "type": "com.example.Other", "id": "x1", "source": "/"}),
+        json.dumps(_variant(insert, top + 1, 9001, operation="MRG")),
+    ]
+    bad_values = [
+        _variant(insert, top + 2, 9002, SignupDate="not a date"),
+        _variant(insert, top + 3, 9004, FirstName="Ana", Id="abc"),
+    ]
+    folder = pipeline.landing / "ces" / "hub"
+    ces_writer.write_lines(folder / "b1.jsonl", good + [segments[0], segments[2]] + bad_values + orphan[:1])
+    with (folder / "b1.jsonl").open("a") as f:
+        f.write("\n".join(bad_lines) + "\n")
+    summary = {r["tracked_table"]: r for r in pipeline.run()}
+    assert summary["employees"]["quarantined"] == 2
+    reasons = pipeline.rows("select tracked_table, quarantine_reason from {s}.cdc_quarantine order by quarantine_reason")
+    assert [(r["tracked_table"], r["quarantine_reason"]) for r in reasons] == [
+        ("employees", 'column Id: value "abc" is not a valid int'),
+        ("employees", 'column SignupDate: value "not a date" is not a valid datetime2(7)'),
+        (None, ("not a CES DML CloudEvent (type com.example.Other); invalid logicalid: missing; "
+                "unknown operation: missing; missing data")),
+        (None, "not a JSON object"),
+        (None, "unknown operation: MRG"),
+    ]
+    pending = pipeline.rows("select count(distinct logicalid) as n from {s}.stg_ces__events where status = 'pending'")
+    assert pending == [{"n": 2}]
+    # every good event applied; the incomplete update is not (its transaction shows without it)
+    without_late = copy.deepcopy(txs)
+    late_lsn = int(events[late]["logicalid"].split(":")[1], 16)
+    held = next(tx for tx in without_late if tx.commit_lsn == late_lsn)
+    rows = held.changes["employees"]
+    sequence = int(events[late]["logicalid"].split(":")[2])  # the event's place among the rows CES sends
+    dropped = [r for r in sorted(rows, key=lambda r: (r.seqval, r.operation)) if r.operation != 3][sequence - 1]
+    held.changes["employees"] = [r for r in rows if r.seqval != dropped.seqval]
+    assert expected_history(EMPLOYEES, without_late) != expected_history(EMPLOYEES, txs)
+    _check_marts(pipeline, sim, None, tables=[EMPLOYEES], transactions=without_late)
+
+    # batch 2: the missing segment arrives (below the marts' watermark); the orphan's time is up
+    ces_writer.write_lines(folder / "b2.jsonl", [segments[1]])
+    pipeline.run()
+    _check_marts(pipeline, sim, None, tables=[EMPLOYEES])
+    orphans = pipeline.rows("select quarantine_reason, _batch_id from {s}.cdc_quarantine where quarantine_reason like 'orphan%'")
+    assert len(orphans) == 1
+    assert orphans[0]["quarantine_reason"].startswith(f"orphan segments: logicalid {orphan[0]['logicalid']} has segment(s) 0 "
+                                                     "and no final segment")
+    assert pipeline.rows("select count(*) as n from {s}.stg_ces__events where status = 'pending'") == [{"n": 0}]

@@ -24,10 +24,12 @@ def _land(pipeline, sim, txs, batch, first=False):
                                min_lsn={t.capture_instance: txs[0].begin_lsn for t in TABLES} if first else None)
 
 
-def _check_marts(pipeline, sim, upper, history_columns=None):
-    for spec in TABLES:
+def _check_marts(pipeline, sim, upper, history_columns=None, tables=None, transactions=None):
+    """The marts equal the expected marts of `transactions` (default: all of the simulator's)."""
+    transactions = sim.transactions if transactions is None else transactions
+    for spec in tables or TABLES:
         key_order = ", ".join(spec.key)
-        expected = current_state(spec, sim.transactions, upper)
+        expected = current_state(spec, transactions, upper)
         got = pipeline.table(f"{spec.name}_current", key_order)
         got_by_key = {tuple(r[k] for k in spec.key): r for r in got}
         assert set(got_by_key) == set(expected), f"{spec.name}_current keys differ"
@@ -36,7 +38,7 @@ def _check_marts(pipeline, sim, upper, history_columns=None):
             for column, value in want.items():
                 assert row[column] == value, f"{spec.name}_current {key} {column}: {row[column]!r} != {value!r}"
             assert row["is_deleted"] is False
-        expected_h = history(spec, sim.transactions, upper, (history_columns or {}).get(spec.name))
+        expected_h = history(spec, transactions, upper, (history_columns or {}).get(spec.name))
         got_h = pipeline.table(f"{spec.name}_history", key_order + ", valid_from_lsn")
         got_h_by_key = {(*[r[k] for k in spec.key], r["valid_from_lsn"]): r for r in got_h}
         assert len(got_h) == len(got_h_by_key), f"{spec.name}_history has duplicate versions"
