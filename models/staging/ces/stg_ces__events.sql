@@ -3,6 +3,8 @@
 -- document's envelope parsed. One row per complete event (status 'complete', _batch_id = the
 -- batch that completed it), plus one row per landed line that is a duplicate, waits for missing
 -- segments ('pending') or cannot be trusted ('quarantined', with the reason and the raw line).
+-- sqlfluff reads struct field access (doc.eventsource.tbl) as a table-qualified reference:
+-- noqa: disable=RF03
 {%- set orphan_after = var('cdc_ces_orphan_after_batches', 3) | int %}
 {%- set data_schema = 'struct<eventsource: struct<db: string, `schema`: string, tbl: string,'
     ~ ' cols: array<struct<name: string, type: string, index: int>>,'
@@ -23,13 +25,13 @@ batches as (
     select
         _batch_id,
         dense_rank() over (order by _batch_id desc) - 1 as batches_since
-    from (select distinct _batch_id from landed_rows)
+    from (select distinct _batch_id from landed_rows) as landed_batches
 ),
 
 envelope as (
     select
         row_values is null as unreadable,
-        row_values['source'] as source,
+        row_values['source'] as event_source,
         row_values['id'] as id,
         row_values['type'] as event_type,
         row_values['logicalid'] as logicalid,
@@ -39,7 +41,7 @@ envelope as (
         coalesce(row_values['segmentindex'], row_values['splitindex']) as segment_index_text,
         lower(trim(row_values['finalsegment'])) as final_segment_text,
         row_values['splittotalcnt'] as split_total_text,
-        row_values['data'] as data,
+        row_values['data'] as data_text,
         coalesce(raw_text, to_json(row_values)) as landed_record,
         _source_file,
         _batch_id,
@@ -59,21 +61,34 @@ checked as (
         try_cast(split_total_text as int) as split_total,
         case
             when unreadable then 'not a JSON object'
-            else nullif(concat_ws('; ',
-                case when event_type is null or not startswith(event_type, 'com.microsoft.SQL.CES.DML.')
-                    then concat('not a CES DML CloudEvent (type ', coalesce(event_type, 'missing'), ')') end,
-                case when source is null or id is null then 'missing source or id' end,
-                case when not coalesce(logicalid rlike '^[^:]+:[0-9A-Fa-f]{20}:[0-9]{1,20}$', false)
-                    then concat('invalid logicalid: ', coalesce(logicalid, 'missing')) end,
-                case when {{ sqlserver_cdc.decode_operation('operation_text', 'ces') }} is null
-                    then concat('unknown operation: ', coalesce(operation_text, 'missing')) end,
-                case when segment_index_text is not null and try_cast(segment_index_text as int) is null
-                    then concat('invalid segment index: ', segment_index_text) end,
-                case when final_segment_text not in ('true', 'false')
-                    then concat('invalid finalsegment: ', final_segment_text) end,
-                case when split_total_text is not null and try_cast(split_total_text as int) is null
-                    then concat('invalid splittotalcnt: ', split_total_text) end,
-                case when data is null then 'missing data' end
+            else nullif(concat_ws(
+                '; ',
+                case
+                    when event_type is null or not startswith(event_type, 'com.microsoft.SQL.CES.DML.')
+                        then concat('not a CES DML CloudEvent (type ', coalesce(event_type, 'missing'), ')')
+                end,
+                case when event_source is null or id is null then 'missing source or id' end,
+                case
+                    when not coalesce(logicalid rlike '^[^:]+:[0-9A-Fa-f]{20}:[0-9]{1,20}$', false)
+                        then concat('invalid logicalid: ', coalesce(logicalid, 'missing'))
+                end,
+                case
+                    when {{ sqlserver_cdc.decode_operation('operation_text', 'ces') }} is null
+                        then concat('unknown operation: ', coalesce(operation_text, 'missing'))
+                end,
+                case
+                    when segment_index_text is not null and try_cast(segment_index_text as int) is null
+                        then concat('invalid segment index: ', segment_index_text)
+                end,
+                case
+                    when final_segment_text not in ('true', 'false')
+                        then concat('invalid finalsegment: ', final_segment_text)
+                end,
+                case
+                    when split_total_text is not null and try_cast(split_total_text as int) is null
+                        then concat('invalid splittotalcnt: ', split_total_text)
+                end,
+                case when data_text is null then 'missing data' end
             ), '')
         end as line_problem
     from envelope
@@ -84,8 +99,8 @@ checked as (
 copies as (
     select
         *,
-        case when source is null or id is null then 1 else row_number() over (
-            partition by source, id order by _batch_id, _source_file
+        case when event_source is null or id is null then 1 else row_number() over (
+            partition by event_source, id order by _batch_id, _source_file
         ) end as id_copy
     from checked
 ),
@@ -94,7 +109,7 @@ lines as (
     select
         *,
         case when line_problem is not null or id_copy > 1 then 1 else row_number() over (
-            partition by source, logicalid, segment_index, line_problem is null and id_copy = 1
+            partition by event_source, logicalid, segment_index, line_problem is null and id_copy = 1
             order by _batch_id, _source_file
         ) end as segment_copy
     from copies
@@ -107,7 +122,7 @@ segments as (
 
 messages as (
     select
-        source,
+        event_source,
         logicalid,
         count(*) as segment_count,
         min(segment_index) as first_index,
@@ -116,8 +131,11 @@ messages as (
         min(segment_index) filter (where is_final) as final_index,
         bool_and(early_form) as early_form,
         max(split_total) as split_total,
-        concat_ws('', transform(array_sort(collect_list(struct(segment_index, data))), s -> s.data)) as data,
-        sort_array(collect_list(segment_index)) as indexes,
+        -- the segments' data in index order
+        concat_ws(
+            '', transform(array_sort(collect_list(struct(segment_index, data_text))), piece -> piece.data_text)
+        ) as data_text,
+        sort_array(collect_list(segment_index)) as segment_indexes,
         min_by(id, segment_index) as event_id,
         min_by(operation_text, segment_index) as operation_text,
         min_by(event_time_text, segment_index) as event_time_text,
@@ -127,7 +145,7 @@ messages as (
         min(_batch_id) as first_batch,
         max(_ingested_at) as _ingested_at
     from segments
-    group by source, logicalid
+    group by event_source, logicalid
 ),
 
 assembled as (
@@ -135,12 +153,19 @@ assembled as (
         messages.*,
         -- a contiguous run of segment indexes ending at the final segment (0- or 1-based)
         case
-            when early_form and coalesce(split_total, 0) <= 1 then segment_count = 1
-            when early_form then segment_count = split_total and last_index - first_index + 1 = segment_count
-            else finals = 1 and final_index = last_index and last_index - first_index + 1 = segment_count
+            when messages.early_form and coalesce(messages.split_total, 0) <= 1 then messages.segment_count = 1
+            when messages.early_form
+                then (
+                    messages.segment_count = messages.split_total
+                    and messages.last_index - messages.first_index + 1 = messages.segment_count
+                )
+            else (
+                messages.finals = 1 and messages.final_index = messages.last_index
+                and messages.last_index - messages.first_index + 1 = messages.segment_count
+            )
         end as indexes_complete,
-        (finals > 1 or final_index < last_index) as conflicting,
-        from_json(data, '{{ data_schema }}') as doc,
+        (messages.finals > 1 or messages.final_index < messages.last_index) as conflicting,
+        from_json(messages.data_text, '{{ data_schema }}') as doc,
         batches.batches_since
     from messages
     inner join batches
@@ -165,22 +190,34 @@ outcomes as (
     select
         *,
         case
-            when conflicting then concat('conflicting segments of logicalid ', logicalid, ': indexes ',
-                array_join(indexes, ','), ', final segment at ', coalesce(cast(final_index as string), 'none'))
-            when indexes_complete and readable then nullif(concat_ws('; ',
-                case when commit_lsn is null then concat('no valid commit LSN in transaction.commitlsn or logicalid ',
-                    logicalid) end,
-                case when sequence_number is null then 'no valid sequence number in transaction or logicalid' end,
-                case when doc.eventsource.tbl is null or doc.eventsource.`schema` is null
-                    then 'data.eventsource names no schema and table' end
-            ), '')
-            when indexes_complete and first_index = 0 then concat(
-                'data is not a CES data document (eventsource and eventrow)',
-                case when segment_count > 1 then concat(' after joining ', segment_count, ' segments') end)
+            when conflicting
+                then concat(
+                    'conflicting segments of logicalid ', logicalid, ': indexes ', array_join(segment_indexes, ','),
+                    ', final segment at ', coalesce(cast(final_index as string), 'none')
+                )
+            when indexes_complete and readable
+                then nullif(concat_ws(
+                    '; ',
+                    case when commit_lsn is null then concat(
+                        'no valid commit LSN in transaction.commitlsn or logicalid ',
+                        logicalid
+                    ) end,
+                    case when sequence_number is null then 'no valid sequence number in transaction or logicalid' end,
+                    case
+                        when doc.eventsource.tbl is null or doc.eventsource.schema is null
+                            then 'data.eventsource names no schema and table'
+                    end
+                ), '')
+            when indexes_complete and first_index = 0
+                then concat(
+                    'data is not a CES data document (eventsource and eventrow)',
+                    case when segment_count > 1 then concat(' after joining ', segment_count, ' segments') end
+                )
             when batches_since >= {{ orphan_after }} then concat(
-                'orphan segments: logicalid ', logicalid, ' has segment(s) ', array_join(indexes, ','),
+                'orphan segments: logicalid ', logicalid, ' has segment(s) ', array_join(segment_indexes, ','),
                 case when finals > 0 then concat(' (final ', final_index, ')') else ' and no final segment' end,
-                ' and was not completed into a readable data document within {{ orphan_after }} landing batches')
+                ' and was not completed into a readable data document within {{ orphan_after }} landing batches'
+            )
         end as message_problem,
         case
             when conflicting then 'quarantined'
@@ -195,13 +232,13 @@ outcomes as (
 events as (
     select
         event_id,
-        source,
+        event_source,
         logicalid,
         commit_lsn,
         sequence_number,
-        {{ sqlserver_cdc.decode_operation('operation_text', 'ces') }} as operation,
+        {{ sqlserver_cdc.decode_operation('operation_text', 'ces') }} as operation,  -- noqa: RF04
         doc.eventsource.db as source_database,
-        doc.eventsource.`schema` as source_schema,
+        doc.eventsource.schema as source_schema,
         doc.eventsource.tbl as source_table,
         doc.eventsource.cols as source_columns,
         map_from_entries(transform(doc.eventsource.pkkey, k -> struct(lower(k.columnname), k.value))) as key_values,
@@ -215,7 +252,7 @@ events as (
         segment_count,
         'complete' as status,
         message_problem as quarantine_reason,
-        coalesce(single_line, data) as landed_record,
+        coalesce(single_line, data_text) as landed_record,
         _source_file,
         completed_batch as _batch_id,
         _ingested_at
@@ -226,7 +263,7 @@ events as (
 line_outcomes as (
     select
         lines.id as event_id,
-        lines.source,
+        lines.event_source,
         lines.logicalid,
         lines.segment_index,
         case
@@ -235,7 +272,9 @@ line_outcomes as (
             when outcomes.message_status = 'complete' and outcomes.message_problem is not null then 'quarantined'
             else outcomes.message_status
         end as status,
-        coalesce(lines.line_problem, case when lines.id_copy = 1 and lines.segment_copy = 1 then outcomes.message_problem end)
+        coalesce(
+            lines.line_problem, case when lines.id_copy = 1 and lines.segment_copy = 1 then outcomes.message_problem end
+        )
             as quarantine_reason,
         lines.landed_record,
         lines._source_file,
@@ -243,7 +282,7 @@ line_outcomes as (
         lines._ingested_at
     from lines
     left join outcomes
-        on lines.source = outcomes.source and lines.logicalid = outcomes.logicalid
+        on lines.event_source = outcomes.event_source and lines.logicalid = outcomes.logicalid
 ),
 
 final as (
@@ -251,16 +290,16 @@ final as (
     union all
     select
         event_id,
-        source,
+        event_source,
         logicalid,
         cast(null as string) as commit_lsn,
         cast(null as decimal(20, 0)) as sequence_number,
-        cast(null as string) as operation,
+        cast(null as string) as operation,  -- noqa: RF04
         cast(null as string) as source_database,
         cast(null as string) as source_schema,
         cast(null as string) as source_table,
         cast(null as array<struct<name: string, type: string, index: int>>) as source_columns,
-        cast(null as map<string, string>) as key_values,
+        cast(null as map<string, string>) as key_values,  -- noqa: LT01
         cast(null as string) as old_image,
         cast(null as string) as current_image,
         cast(null as timestamp) as commit_time,
