@@ -197,3 +197,17 @@
     {%- endif -%}
     {{ return(merging) }}
 {%- endmacro %}
+
+{#- Rows that mark buckets a run emptied. Dynamic partition overwrite leaves a partition the
+    model returns no row for untouched, so a bucket whose last row the run removed would keep it:
+    one row with a NULL key per such bucket makes the overwrite replace it, and the post-hook
+    drop_emptied_buckets drops the partition. buckets: a query of the buckets the run touched. -#}
+{% macro _emptied_bucket_rows(t, out_columns, buckets) -%}
+    select
+        {%- for c in out_columns %}
+        {{ 'touched_buckets._bucket' if c == '_bucket' else 'null as ' ~ c }}{{ ',' if not loop.last }}
+        {%- endfor %}
+    from ({{ buckets }}) as touched_buckets
+    left anti join final
+        on final._bucket = touched_buckets._bucket
+{%- endmacro %}

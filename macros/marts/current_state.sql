@@ -96,5 +96,11 @@ final as (
 )
 
 select * from final
+{%- if is_incremental() and not merging %}
+union all
+{{ sqlserver_cdc._emptied_bucket_rows(t, out_columns,
+    'select distinct ' ~ sqlserver_cdc._bucket(t) ~ ' as _bucket from touched' if recompute
+    else 'select distinct _bucket from applied') }}
+{%- endif %}
 {%- endif %}
 {%- endmacro %}
