@@ -75,9 +75,7 @@ typed as (
     select
         *,
         {{ sqlserver_cdc.operation_number('operation') }} as operation_code,
-        {%- for c in t.columns %}
-        {{ sqlserver_cdc.cast_from_text('text_' ~ c.name, c.type) }} as {{ c.name }}{{ ',' if not loop.last }}
-        {%- endfor %}
+        {{- sqlserver_cdc._typed_columns(t) }}
     from texts
 ),
 
@@ -86,12 +84,7 @@ validated as (
         *,
         nullif(concat_ws('; ',
             unreadable,
-            {%- for c in t.columns %}
-            {{ sqlserver_cdc.cast_invalid_reason('text_' ~ c.name, c.type, c.name, typed=c.name) }},
-            {%- endfor %}
-            {%- for k in t.key %}
-            case when text_{{ k }} is null then 'key column {{ k }} is missing' end{{ ',' if not loop.last }}
-            {%- endfor %}
+            {{- sqlserver_cdc._column_reasons(t, missing_key='is missing') }}
         ), '') as quarantine_reason
     from typed
 ),

@@ -50,9 +50,7 @@ decoded as (
         {{ sqlserver_cdc.decode_operation('text_operation', 'change_tables') }} as operation,
         {{ sqlserver_cdc.update_mask_normalize('text_update_mask') }} as update_mask,
         -- captured columns
-        {%- for c in t.columns %}
-        {{ sqlserver_cdc.cast_from_text('text_' ~ c.name, c.type) }} as {{ c.name }}{{ ',' if not loop.last }}
-        {%- endfor %}
+        {{- sqlserver_cdc._typed_columns(t) }}
     from texts
 ),
 
@@ -67,12 +65,7 @@ validated as (
             {{ sqlserver_cdc.update_mask_invalid_reason('text_update_mask', '__$update_mask', normalized='update_mask') }},
             case when text_command_id is not null and command_id is null
                 then concat('invalid __$command_id: ', text_command_id) end,
-            {%- for c in t.columns %}
-            {{ sqlserver_cdc.cast_invalid_reason('text_' ~ c.name, c.type, c.name, typed=c.name) }},
-            {%- endfor %}
-            {%- for k in t.key %}
-            case when text_{{ k }} is null then 'key column {{ k }} is NULL' end{{ ',' if not loop.last }}
-            {%- endfor %}
+            {{- sqlserver_cdc._column_reasons(t) }}
         ), '') as quarantine_reason
     from decoded
 ),
