@@ -88,12 +88,13 @@ def table_events(table: TableSpec, transactions: list[Transaction], options: Ces
             data = json.dumps({"eventsource": source, "eventrow": {"old": old, "current": current}},
                               ensure_ascii=False, separators=(",", ":"))
             logicalid = f"{options.db_guid}:{lsn_hex(tx.commit_lsn)}:{sequence:020d}"
-            events.extend(_segments(data, logicalid, OPERATIONS[row.operation], tx.end_time, options, rng))
+            events.extend(segments(data, logicalid, OPERATIONS[row.operation], tx.end_time, options, rng))
     return events
 
 
-def _segments(data: str, logicalid: str, operation: str, time: datetime, options: CesOptions,
+def segments(data: str, logicalid: str, operation: str, time: datetime, options: CesOptions,
               rng: random.Random) -> list[dict]:
+    """One message as CloudEvents: unsplit, or split into segments of options.segment_size characters."""
     size = options.segment_size or len(data)
     pieces = [data[i:i + size] for i in range(0, len(data), size)] or [""]
     segments = []

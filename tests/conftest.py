@@ -89,8 +89,9 @@ def render(spark):
     return _render
 
 
-def copy_project(destination: Path, extra_tables: dict[str, dict]) -> Path:
-    """A copy of the project with more tracked tables declared and their model files added."""
+def copy_project(destination: Path, extra_tables: dict[str, dict], replace: bool = False) -> Path:
+    """A copy of the project with more tracked tables declared and their model files added (with
+    replace, instead of the demo tables)."""
     from runner.project import copy_project as copy
 
-    return copy(PROJECT_DIR, destination, extra_tables)
+    return copy(PROJECT_DIR, destination, extra_tables, replace=replace)

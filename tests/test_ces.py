@@ -23,19 +23,13 @@ DECLARED = yaml.safe_load((PROJECT_DIR / "dbt_project.yml").read_text())["vars"]
 
 
 def _pipeline(spark, tmp_path, tables: dict, replace=False, orphan_after=None) -> Pipeline:
-    project = copy_project(tmp_path / "project", tables) if not replace else _replaced(tmp_path, tables)
+    project = copy_project(tmp_path / "project", tables, replace=replace)
     if orphan_after is not None:
         config = yaml.safe_load((project / "dbt_project.yml").read_text())
         config["vars"]["cdc_ces_orphan_after_batches"] = orphan_after
         (project / "dbt_project.yml").write_text(yaml.safe_dump(config, sort_keys=False))
     (tmp_path / "landing").mkdir()
     return Pipeline(spark, "t_" + uuid.uuid4().hex[:8], tmp_path / "landing", project_dir=project)
-
-
-def _replaced(tmp_path, tables):
-    from runner.project import copy_project as copy
-
-    return copy(PROJECT_DIR, tmp_path / "project", tables, replace=True)
 
 
 def _one_line(path) -> str:
@@ -238,7 +232,7 @@ def test_bad_lines_unknown_operations_uncastable_values_and_orphan_segments_are_
     events = ces_writer.table_events(EMPLOYEES, txs)
     # one update, split in three segments, whose middle segment arrives a batch later
     late = next(i for i, e in enumerate(events) if e["operation"] == "UPD" and i > len(events) // 2)
-    segments = ces_writer._segments(events[late]["data"], events[late]["logicalid"], "UPD",
+    segments = ces_writer.segments(events[late]["data"], events[late]["logicalid"], "UPD",
                                     txs[-1].end_time, ces_writer.CesOptions(segment_size=len(events[late]["data"]) // 3 + 1),
                                     random.Random(1))
     assert len(segments) == 3
@@ -246,8 +240,9 @@ def test_bad_lines_unknown_operations_uncastable_values_and_orphan_segments_are_
     insert = next(e for e in events if e["operation"] == "INS")
     top = txs[-1].commit_lsn
     # a split message whose last segment never comes: waits one landing batch, then is an orphan
-    orphan = ces_writer._segments(_variant(insert, top + 10, 9003)["data"], _variant(insert, top + 10, 9003)["logicalid"],
-                                  "INS", txs[-1].end_time, ces_writer.CesOptions(segment_size=200), random.Random(2))
+    unfinished = _variant(insert, top + 10, 9003)
+    orphan = ces_writer.segments(unfinished["data"], unfinished["logicalid"], "INS", txs[-1].end_time,
+                                 ces_writer.CesOptions(segment_size=200), random.Random(2))
     bad_lines = [
         "this is not JSON",
         json.dumps({"specversion": "1.0", "type": "com.example.Other", "id": "x1", "source": "/"}),

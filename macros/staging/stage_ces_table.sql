@@ -47,20 +47,24 @@ images as (
     from events
 ),
 
+-- the row image an event carries: current, or old for a delete
+row_images as (
+    select
+        *,
+        case when operation = 'delete' then old_values else current_values end as row_image
+    from images
+),
+
 texts as (
     select
         *,
-        case when operation = 'delete' then old_values else current_values end as row_image,
         {%- for c in t.columns %}
         {%- set name = c.name | lower %}
         {%- if name in keys %}
-        coalesce((case when operation = 'delete' then old_values else current_values end)['{{ name }}'],
-            key_values['{{ name }}']) as text_{{ c.name }},
+        coalesce(row_image['{{ name }}'], key_values['{{ name }}']) as text_{{ c.name }},
         {%- else %}
-        (case when operation = 'delete' then old_values else current_values end)['{{ name }}'] as text_{{ c.name }},
-        operation = 'insert'
-            or map_contains_key(case when operation = 'delete' then old_values else current_values end, '{{ name }}')
-            as _has_{{ c.name }},
+        row_image['{{ name }}'] as text_{{ c.name }},
+        operation = 'insert' or map_contains_key(row_image, '{{ name }}') as _has_{{ c.name }},
         {%- endif %}
         {%- endfor %}
         case
@@ -68,7 +72,7 @@ texts as (
                 then concat('eventrow.current is not a JSON object: ', current_image)
             when old_values is null then concat('eventrow.old is not a JSON object: ', old_image)
         end as unreadable
-    from images
+    from row_images
 ),
 
 typed as (
