@@ -19,6 +19,8 @@ from runner.project import tracked_tables
 from runner.session import create_session
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
+# channels whose events arrive out of order: their marts rebuild the keys of newly landed batches
+EVENT_CHANNELS = ("ces", "debezium")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -91,10 +93,8 @@ def run_pipeline(spark, project_dir: Path, target, landing_dir: Path, *, select:
         if not rows or rows[0]["upper_lsn"] is None:
             raise PipelineFailed(f"--upper-lsn {upper_lsn} is not an LSN; give e.g. 0x0000002C00000300017C")
         uppers = {channel: rows[0]["upper_lsn"] for channel in bounds}
-    run_vars = {**base_vars, "cdc_run_id": batch_id, "cdc_upper_lsn": uppers}
-    upper_batch = (bounds.get("ces") or {}).get("upper_batch")
-    if upper_batch:
-        run_vars["cdc_upper_batch"] = upper_batch
+    upper_batches = {channel: r["upper_batch"] for channel, r in bounds.items() if r["upper_batch"]}
+    run_vars = {**base_vars, "cdc_run_id": batch_id, "cdc_upper_lsn": uppers, "cdc_upper_batch": upper_batches}
     channels = {t.channel for t in tracked_tables(project_dir)}
     for channel in sorted(channels):
         if uppers.get(channel):
@@ -102,21 +102,19 @@ def run_pipeline(spark, project_dir: Path, target, landing_dir: Path, *, select:
         else:
             progress.step(f"window ({channel}): nothing landed yet to apply")
     dbt.vars = run_vars
-    if not full_refresh and not select and not counts and _marts_at(dbt, project_dir, uppers, upper_batch):
+    if not full_refresh and not select and not counts and _marts_at(dbt, project_dir, uppers, upper_batches):
         progress.step("nothing new landed and every mart is at its upper bound: nothing to build")
         return []
     progress.step("dbt build" + (" --full-refresh" if full_refresh else ""))
     failed = dbt.build(list(select), full_refresh)
     summary = dbt.query(f"{{{{ sqlserver_cdc.run_summary('{batch_id}', '{batch_id}') }}}}")
-    stream = {"quarantined": 0}
-    if "ces" in channels or any(kind == "ces" for kind, _ in counts):
-        stream = dbt.query(f"{{{{ sqlserver_cdc.ces_stream_summary('{batch_id}') }}}}")[0]
-        progress.step(
-            f"CES stream: {stream['lines_landed']} lines landed, {stream['duplicates']} duplicates dropped, "
-            f"{stream['pending_messages']} split messages waiting for segments, {stream['quarantined']} lines "
-            f"quarantined ({stream['quarantined_total']} in all)")
+    quarantined = sum(int(r["quarantined"]) for r in summary)
+    for channel in EVENT_CHANNELS:
+        if channel in channels or any(kind == channel for kind, _ in counts):
+            stream = dbt.query(f"{{{{ sqlserver_cdc.stream_summary('{channel}', '{batch_id}') }}}}")[0]
+            progress.step(report.stream_line(channel, stream))
+            quarantined += int(stream["quarantined"])
     report.print_table(report.summary_table(summary))
-    quarantined = sum(int(r["quarantined"]) for r in summary) + int(stream["quarantined"])
     if quarantined:
         progress.step(f"{quarantined} landed rows were quarantined in this batch: see the cdc_quarantine view "
                       f"(where _batch_id = '{batch_id}')")
@@ -130,7 +128,7 @@ def run_pipeline(spark, project_dir: Path, target, landing_dir: Path, *, select:
     return summary
 
 
-def _marts_at(dbt: Dbt, project_dir: Path, uppers: dict[str, str], upper_batch: str | None) -> bool:
+def _marts_at(dbt: Dbt, project_dir: Path, uppers: dict[str, str], upper_batches: dict[str, str]) -> bool:
     """True when every tracked table's marts have reached their channel's upper bound (and, for
     event channels, the last landed batch): a run would change nothing."""
     reached = {r["model_name"]: r for r in dbt.query("{{ sqlserver_cdc.mart_watermarks() }}")}
@@ -139,7 +137,7 @@ def _marts_at(dbt: Dbt, project_dir: Path, uppers: dict[str, str], upper_batch: 
             row = reached.get(mart)
             if row is None or row["watermark_lsn"] != uppers.get(table.channel):
                 return False
-            if table.channel != "change_tables" and row["watermark_batch"] != upper_batch:
+            if table.channel in EVENT_CHANNELS and row["watermark_batch"] != upper_batches.get(table.channel):
                 return False
     return True
 

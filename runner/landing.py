@@ -3,7 +3,8 @@
 Landing contract (README "Landing"): `change_tables/<capture_instance>/` and
 `cdc_metadata/{lsn_time_mapping,change_tables,captured_columns}/`, files in any sub-folder, as
 Parquet (`.parquet`), CSV with a header (`.csv`) or JSON lines (`.json`, `.jsonl`); and `ces/`
-(optionally `ces/<event hub or topic>/`), CloudEvents as JSON lines.
+(optionally `ces/<event hub or topic>/`), CloudEvents as JSON lines; and `debezium/` (optionally
+`debezium/<topic>/`), Debezium change events as JSON lines.
 Every record becomes a map of lower-cased column names to text (binary as `0x` hex; nested JSON
 as its JSON text) plus the file it came from and the batch id; JSON lines also keep their text,
 so a line that is not a JSON object reaches quarantine as it was. A file already landed (same path relative to the landing
@@ -18,10 +19,11 @@ from pathlib import Path
 
 from runner.errors import UsageError
 
-KINDS = ("change_tables", "cdc_metadata", "ces")
+KINDS = ("change_tables", "cdc_metadata", "ces", "debezium")
 FORMATS = {".parquet": "parquet", ".csv": "csv", ".json": "json", ".jsonl": "json"}
-# CES events are routed by their own db.schema.tbl, so files may sit directly in ces/ too.
-FLAT_KINDS = {"ces": ("json",)}
+# CES and Debezium events are routed by their own db.schema.table (Debezium: or by topic, the
+# sub-folder), so files may sit directly in ces/ or debezium/ too.
+FLAT_KINDS = {"ces": ("json",), "debezium": ("json",)}
 FLAT_ENTITY = "default"
 RAW_TABLE = "landed_rows"
 

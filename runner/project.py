@@ -25,7 +25,7 @@ def tracked_tables(project_dir: Path) -> list[TableSpec]:
             if channel == "change_tables":
                 specs.append(TableSpec(name, table["capture_instance"], tuple(table["key"]), columns))
             else:
-                source = (table.get("source_database"), table["source_schema"], table["source_table"])
+                source = (table.get("source_database"), table.get("source_schema"), table.get("source_table"))
                 specs.append(TableSpec(name, None, tuple(table["key"]), columns, channel, source))
         except (KeyError, TypeError, ValueError) as exc:
             raise UsageError(f"tracked table '{name}' in dbt_project.yml is incomplete: {exc}") from exc
@@ -33,7 +33,8 @@ def tracked_tables(project_dir: Path) -> list[TableSpec]:
 
 
 # The thin model file of each channel's staging model, as README "Declaring a tracked table" shows.
-STAGING_MACROS = {"change_tables": "stage_change_table", "ces": "stage_ces_table"}
+STAGING_MACROS = {"change_tables": "stage_change_table", "ces": "stage_ces_table",
+                  "debezium": "stage_debezium_table"}
 _NOT_COPIED = {".venv", ".state", "landing", "target", "logs", "tests", ".git", "bench"}
 
 
@@ -56,7 +57,7 @@ def copy_project(source: Path, destination: Path, tables: dict[str, dict], repla
             (destination / "models/staging" / table["channel"] / f"stg_{table['channel']}__{name}.sql").unlink()
             shutil.rmtree(destination / "models/marts" / name)
         for yml in ("models/staging/change_tables/_change_tables__models.yml", "models/staging/ces/_ces__models.yml",
-                    "models/marts/_marts__models.yml"):
+                    "models/staging/debezium/_debezium__models.yml", "models/marts/_marts__models.yml"):
             (destination / yml).unlink()
         declared.clear()
     declared.update(tables)

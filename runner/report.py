@@ -49,3 +49,14 @@ def summary_table(rows: list[dict[str, object]]) -> agate.Table:
 
 def print_table(table: agate.Table, stream=sys.stdout) -> None:
     table.print_table(max_columns=None, max_column_width=40, output=stream)
+
+
+def stream_line(channel: str, s: dict[str, object]) -> str:
+    """The one-line account of an event channel's stream in this run (macro stream_summary)."""
+    if channel == "ces":
+        return (f"CES stream: {s['lines_landed']} lines landed, {s['duplicates']} duplicates dropped, "
+                f"{s['pending_messages']} split messages waiting for segments, {s['quarantined']} lines "
+                f"quarantined ({s['quarantined_total']} in all)")
+    return (f"Debezium stream: {s['lines_landed']} lines landed, {s['duplicates']} replayed events dropped, "
+            f"{s['tombstones']} tombstones ignored, {s['quarantined']} lines quarantined "
+            f"({s['quarantined_total']} in all)")

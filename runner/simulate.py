@@ -95,6 +95,10 @@ class Simulator:
             return rng.random() < 0.5
         if t.startswith(("decimal", "numeric", "money")):
             return Decimal(rng.randint(0, 10_000_000)) / 100
+        if t == "date":
+            return (self.clock - timedelta(days=rng.randint(0, 4000))).date()
+        if t.startswith(("binary(", "varbinary(")) and t not in LOB_TYPES:
+            return bytes(rng.getrandbits(8) for _ in range(rng.randint(1, 16)))
         if t.startswith(("datetime", "date")):
             return (self.clock - timedelta(seconds=rng.randint(0, 10**6))).replace(microsecond=rng.randint(0, 999) * 1000)
         if t.startswith("char"):

@@ -68,16 +68,27 @@
     where model_name = '{{ name }}_current'
 {%- endmacro %}
 
-{#- Used by the runner after a build when CES events landed: lines landed in this batch, how many
-    of them were duplicates, split messages still waiting for segments, and lines quarantined
-    (in this batch, and in all: an incomplete message becomes an orphan batches after landing). -#}
-{% macro ces_stream_summary(batch_id) -%}
+{#- Used by the runner after a build when an event channel (ces, debezium) has tables or landed
+    lines: lines landed in this batch, how many of them were duplicates (CES: redelivered
+    events and segments; Debezium: replayed events), split messages still waiting for segments
+    (CES), tombstones (Debezium), and lines quarantined (in this batch, and in all: an incomplete
+    CES message becomes an orphan batches after landing). -#}
+{% macro stream_summary(channel, batch_id) -%}
+    {%- if channel not in ('ces', 'debezium') -%}
+        {{ exceptions.raise_compiler_error("stream_summary: channel must be ces or debezium; got '" ~ channel ~ "'") }}
+    {%- endif %}
     select
         (select count(*) from {{ source('cdc_raw', 'landed_rows') }}
-            where landing_kind = 'ces' and _batch_id = '{{ batch_id }}') as lines_landed,
+            where landing_kind = '{{ channel }}' and _batch_id = '{{ batch_id }}') as lines_landed,
         count_if(_batch_id = '{{ batch_id }}' and status = 'duplicate') as duplicates,
+        {%- if channel == 'ces' %}
         count(distinct case when status = 'pending' then logicalid end) as pending_messages,
+        0 as tombstones,
+        {%- else %}
+        0 as pending_messages,
+        count_if(_batch_id = '{{ batch_id }}' and status = 'tombstone') as tombstones,
+        {%- endif %}
         count_if(_batch_id = '{{ batch_id }}' and status = 'quarantined') as quarantined,
         count_if(status = 'quarantined') as quarantined_total
-    from {{ ref('stg_ces__events') }}
+    from {{ ref('stg_' ~ channel ~ '__events') }}
 {%- endmacro %}

@@ -17,3 +17,42 @@
     case when text_{{ k }} is null then 'key column {{ k }} {{ missing_key }}' end{{ ',' if not loop.last }}
     {%- endfor %}
 {%- endmacro %}
+
+{#- The columns event-channel staging (CES, Debezium) ends with, after commit_lsn, change_lsn
+    and command_id: operation, its number, the update mask, commit time, the typed columns, the
+    _has_<column> flags, event id, quarantine reason and landing metadata. An update's mask has
+    the non-key columns it carries, less those whose value equals the old one when the old row
+    was sent (old, new: maps of lower-case column names to the sent values); any other
+    operation's mask has every column. -#}
+{% macro _event_staging_columns(t, old, new) -%}
+    {%- set keys = t.key | map('lower') | list -%}
+    {%- set changed_flags, all_flags = [], [] -%}
+    {%- for c in t.columns -%}
+        {%- set name = c.name | lower -%}
+        {%- do all_flags.append([c.ordinal, 'true']) -%}
+        {%- if name not in keys -%}
+            {%- do changed_flags.append([c.ordinal, "_has_" ~ c.name ~ " and not coalesce(" ~ old ~ "['" ~ name ~ "'] <=> "
+                ~ new ~ "['" ~ name ~ "'] and map_contains_key(" ~ old ~ ", '" ~ name ~ "'), false)"]) -%}
+        {%- endif -%}
+    {%- endfor -%}
+    {%- set width = t.columns | map(attribute='ordinal') | max %}
+        operation,
+        operation_code,
+        case when operation = 'update_after'
+            then {{ sqlserver_cdc.update_mask_from_flags(changed_flags, width) }}
+            else {{ sqlserver_cdc.update_mask_from_flags(all_flags, width) }}
+        end as update_mask,
+        commit_time,
+        {%- for c in t.columns %}
+        {{ c.name }},
+        {%- endfor %}
+        {%- for c in t.columns if c.name | lower not in keys %}
+        _has_{{ c.name }},
+        {%- endfor %}
+        event_id,
+        quarantine_reason,
+        case when quarantine_reason is not null then landed_record end as landed_record,
+        _source_file,
+        _batch_id,
+        _ingested_at
+{%- endmacro %}

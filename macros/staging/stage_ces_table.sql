@@ -15,15 +15,6 @@
 {% macro default__stage_ces_table(table_name) -%}
 {%- set t = sqlserver_cdc.tracked_table(table_name) -%}
 {%- set keys = t.key | map('lower') | list -%}
-{%- set changed_flags, all_flags = [], [] -%}
-{%- set width = t.columns | map(attribute='ordinal') | max -%}
-{%- for c in t.columns -%}
-    {%- do all_flags.append([c.ordinal, 'true']) -%}
-    {%- if c.name | lower not in keys -%}
-        {%- do changed_flags.append([c.ordinal, "_has_" ~ c.name ~ " and not coalesce(old_values['" ~ (c.name | lower)
-            ~ "'] <=> current_values['" ~ (c.name | lower) ~ "'] and map_contains_key(old_values, '" ~ (c.name | lower) ~ "'), false)"]) -%}
-    {%- endif -%}
-{%- endfor -%}
 with
 
 events as (
@@ -98,25 +89,7 @@ final as (
         commit_lsn,
         lpad(cast(sequence_number as string), 20, '0') as change_lsn,
         cast(null as int) as command_id,
-        operation,
-        operation_code,
-        case when operation = 'update_after'
-            then {{ sqlserver_cdc.update_mask_from_flags(changed_flags, width) }}
-            else {{ sqlserver_cdc.update_mask_from_flags(all_flags, width) }}
-        end as update_mask,
-        commit_time,
-        {%- for c in t.columns %}
-        {{ c.name }},
-        {%- endfor %}
-        {%- for c in t.columns if c.name | lower not in keys %}
-        _has_{{ c.name }},
-        {%- endfor %}
-        event_id,
-        quarantine_reason,
-        case when quarantine_reason is not null then landed_record end as landed_record,
-        _source_file,
-        _batch_id,
-        _ingested_at
+        {{- sqlserver_cdc._event_staging_columns(t, 'old_values', 'current_values') }}
     from validated
 )
 

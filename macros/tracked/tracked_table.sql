@@ -1,6 +1,9 @@
 {#- The declaration of a tracked table (var cdc_tracked_tables), validated, with defaults filled:
-    name, channel (change_tables | ces), capture_instance (change tables only), source_database,
-    source_schema, source_table (how CES events are routed), key (list), columns (name, type, ordinal), buckets,
+    name, channel (change_tables | ces | debezium), capture_instance (change tables only),
+    source_database, source_schema, source_table (how CES and Debezium events are routed), topic
+    (Debezium: route by the Kafka topic instead), debezium (the connector's encoding options,
+    with defaults: flattened, decimal_handling_mode, time_precision_mode, binary_handling_mode),
+    key (list), columns (name, type, ordinal), buckets,
     soft_deletes, history_delete_versions, history_columns (the columns whose changes open a new
     history version; none means every column). Fails with a message naming the table and the bad field. -#}
 {% macro tracked_table(table_name) -%}
@@ -9,7 +12,8 @@
         {{ exceptions.raise_compiler_error("tracked table '" ~ table_name ~ "' is not declared in var cdc_tracked_tables (declared: " ~ (tables.keys() | list | join(', ')) ~ ")") }}
     {%- endif -%}
     {%- set raw = tables[table_name] -%}
-    {%- set channels = {'change_tables': ['capture_instance'], 'ces': ['source_schema', 'source_table']} -%}
+    {%- set channels = {'change_tables': ['capture_instance'], 'ces': ['source_schema', 'source_table'],
+        'debezium': [] if raw.get('topic') else ['source_schema', 'source_table']} -%}
     {%- if raw.get('channel') not in channels -%}
         {{ exceptions.raise_compiler_error("tracked table '" ~ table_name ~ "': channel must be one of " ~ (channels.keys() | list | join(', ')) ~ "; got '" ~ raw.get('channel') ~ "'") }}
     {%- endif -%}
@@ -35,6 +39,7 @@
             {{ exceptions.raise_compiler_error("tracked table '" ~ table_name ~ "': history_columns names '" ~ column ~ "', which is not among its columns (" ~ (names | join(', ')) ~ ")") }}
         {%- endfor -%}
     {%- endif -%}
+    {%- set debezium = sqlserver_cdc._debezium_options(table_name, raw) -%}
     {{ return({
         'name': table_name,
         'channel': raw.channel,
@@ -42,6 +47,8 @@
         'source_database': raw.get('source_database'),
         'source_schema': raw.get('source_schema'),
         'source_table': raw.get('source_table'),
+        'topic': raw.get('topic'),
+        'debezium': debezium,
         'key': raw.key,
         'columns': raw.columns,
         'buckets': raw.get('buckets', 8),
@@ -49,4 +56,30 @@
         'history_delete_versions': raw.get('history_delete_versions', false),
         'history_columns': history_columns,
     }) }}
+{%- endmacro %}
+
+{#- The Debezium connector options that decide how a table's values are encoded when its events
+    carry no schema (and, for flattened, how its events look), validated, defaults filled. -#}
+{% macro _debezium_options(table_name, raw) -%}
+    {%- set given = raw.get('debezium') or {} -%}
+    {%- if raw.get('channel') != 'debezium' and given -%}
+        {{ exceptions.raise_compiler_error("tracked table '" ~ table_name ~ "': 'debezium' options are for channel debezium only") }}
+    {%- endif -%}
+    {%- set allowed = {
+        'flattened': [true, false],
+        'decimal_handling_mode': ['precise', 'double', 'string'],
+        'time_precision_mode': ['adaptive', 'adaptive_time_microseconds', 'connect'],
+        'binary_handling_mode': ['bytes', 'base64', 'base64-url-safe', 'hex'],
+    } -%}
+    {%- set options = {'flattened': false, 'decimal_handling_mode': 'precise', 'time_precision_mode': 'adaptive',
+        'binary_handling_mode': 'bytes'} -%}
+    {%- for name, value in given.items() -%}
+        {%- if name not in allowed -%}
+            {{ exceptions.raise_compiler_error("tracked table '" ~ table_name ~ "': unknown debezium option '" ~ name ~ "' (known: " ~ (allowed.keys() | list | join(', ')) ~ ")") }}
+        {%- elif value not in allowed[name] -%}
+            {{ exceptions.raise_compiler_error("tracked table '" ~ table_name ~ "': debezium option " ~ name ~ " must be one of " ~ (allowed[name] | join(', ')) ~ "; got '" ~ value ~ "'") }}
+        {%- endif -%}
+        {%- do options.update({name: value}) -%}
+    {%- endfor -%}
+    {{ return(options) }}
 {%- endmacro %}

@@ -1,7 +1,7 @@
 {#- The run's upper LSN bound for a channel's tables. var cdc_upper_lsn (the runner passes one
     bound per channel, fixed before models run) is either one LSN for every channel or a mapping
     channel -> LSN. Without it: change tables use the capture high-water mark landed in
-    lsn_time_mapping; CES the largest commit LSN among landed events' logicalid. -#}
+    lsn_time_mapping; CES and Debezium the largest commit LSN landed (see _landed_upper_lsn). -#}
 {% macro upper_lsn(channel='change_tables') -%}
     {%- set value = var('cdc_upper_lsn', none) -%}
     {%- if value is mapping -%}
@@ -23,18 +23,29 @@
 {%- endmacro %}
 
 {#- The largest commit LSN landed for an event channel, read from the raw landing table (CES: the
-    LSN part of each event's logicalid, which every segment carries). -#}
+    LSN part of each event's logicalid, which every segment carries; Debezium: the commit LSN of
+    every complete event, snapshot rows included). -#}
 {% macro _landed_upper_lsn(channel) -%}
+    {%- if channel == 'debezium' %}
+    select max(commit_lsn)
+    from ({{ sqlserver_cdc.debezium_events(sqlserver_cdc._raw_landed_rows()) }}) as landed_events
+    where status = 'complete'
+    {%- else %}
     select max(upper(element_at(split(row_values['logicalid'], ':'), -2)))
     from {{ sqlserver_cdc._raw_landed_rows() }}
     where landing_kind = '{{ channel }}'
         and row_values['logicalid'] rlike '^[^:]+:[0-9A-Fa-f]{20}:[0-9]{1,20}$'
+    {%- endif %}
 {%- endmacro %}
 
 {#- The last landing batch a run of an event channel's marts takes in: var cdc_upper_batch (the
-    runner's batch), else the latest batch that landed events of the channel. -#}
+    runner passes one per channel, or one for all), else the latest batch that landed events of
+    the channel. -#}
 {% macro upper_batch(channel) -%}
     {%- set value = var('cdc_upper_batch', none) -%}
+    {%- if value is mapping -%}
+        {%- set value = value.get(channel) -%}
+    {%- endif -%}
     {%- if value is none -%}
     (select max(_batch_id) from {{ sqlserver_cdc._raw_landed_rows() }} where landing_kind = '{{ channel }}')
     {%- else -%}

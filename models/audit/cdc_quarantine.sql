@@ -7,6 +7,7 @@
 {%- do staged.append(('cast(null as string)', 'stg_cdc_metadata__lsn_time_mapping')) %}
 {%- do staged.append(('cast(null as string)', 'stg_cdc_metadata__change_tables')) %}
 {%- do staged.append(('cast(null as string)', 'stg_ces__events')) %}
+{%- do staged.append(('cast(null as string)', 'stg_debezium__events')) %}
 
 with
 

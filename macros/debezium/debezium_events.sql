@@ -1,0 +1,268 @@
+{#- Debezium SQL Server connector events, one row per landed line of `relation` (the raw landing
+    table, landing_kind 'debezium'): the line unwrapped from a Kafka record (key, value, topic,
+    partition, offset) and from the JSON converter's {"schema", "payload"} envelope, Avro-JSON
+    unions ({"string": "x"}) resolved, and the change read from the payload: the envelope (op,
+    before, after, source) or the ExtractNewRecordState flattened row (__op, __deleted,
+    __commit_lsn, ...). status: 'complete' (the first landed copy of a change), 'duplicate' (a
+    replay: same table, LSNs, serial number, operation and row image), 'tombstone' (a null value:
+    counted, carries nothing the marts need) or 'quarantined' (with quarantine_reason).
+    A macro, not only a model, so the runner and the hooks can read the landed high-water mark
+    from the raw table before the staging views exist. -#}
+{% macro debezium_events(relation) -%}
+    {{ return(adapter.dispatch('debezium_events', 'sqlserver_cdc')(relation)) }}
+{%- endmacro %}
+
+{% macro default__debezium_events(relation) -%}
+{%- set column_schema = 'array<struct<field: string, type: string, name: string, parameters: map<string, string>>>' -%}
+{%- set value_schema = 'struct<fields: array<struct<field: string, type: string, name: string, '
+    ~ 'parameters: map<string, string>, fields: ' ~ column_schema ~ '>>>' -%}
+with
+
+landed_rows as (
+    select * from {{ relation }}
+    where landing_kind = 'debezium'
+),
+
+-- a Kafka record written whole carries the event as its value
+records as (
+    select
+        *,
+        coalesce(
+            map_contains_key(row_values, 'value') and (
+                map_contains_key(row_values, 'topic') or map_contains_key(row_values, 'partition')
+                or map_contains_key(row_values, 'offset')
+            ),
+            false
+        ) as is_record
+    from landed_rows
+),
+
+values_read as (
+    select
+        *,
+        case when is_record then row_values['value'] else raw_text end as value_text,
+        case when is_record then from_json(row_values['value'], 'map<string, string>') else row_values end
+            as value_map,
+        coalesce(case when is_record then row_values['topic'] end, entity) as topic,
+        case when is_record then row_values['partition'] end as kafka_partition,
+        case when is_record then row_values['offset'] end as kafka_offset
+    from records
+),
+
+-- the JSON converter with schemas enabled wraps the payload: {"schema": ..., "payload": ...}
+payloads as (
+    select
+        *,
+        coalesce(map_contains_key(value_map, 'payload') and map_contains_key(value_map, 'schema'), false)
+            as has_schema
+    from values_read
+),
+
+envelopes as (
+    select
+        *,
+        case when has_schema then from_json(value_map['payload'], 'map<string, string>') else value_map end
+            as payload,
+        case when has_schema then from_json(value_map['schema'], '{{ value_schema }}') end as value_schema,
+        value_text is null or trim(value_text) = 'null' or (has_schema and value_map['payload'] is null)
+            as is_tombstone
+    from payloads
+),
+
+shaped as (
+    select
+        *,
+        coalesce(map_contains_key(payload, 'op') and map_contains_key(payload, 'source'), false) as is_envelope,
+        coalesce(exists(map_keys(payload), k -> startswith(k, '__')), false) as is_flattened,
+        -- Avro-JSON unions ({"string": "x"}) resolved once for every field
+        transform_values(payload, (k, v) -> {{ sqlserver_cdc._debezium_unwrap('v') }}) as payload_values
+    from envelopes
+),
+
+sourced as (
+    select
+        *,
+        transform_values(
+            from_json(payload_values['source'], 'map<string, string>'),
+            (k, v) -> {{ sqlserver_cdc._debezium_unwrap('v') }}
+        ) as source_fields
+    from shaped
+),
+
+-- the change's fields, from the envelope or from the flattened row's __ fields (add.fields)
+fields as (
+    select
+        *,
+        case
+            when is_envelope then payload_values['op']
+            else coalesce(
+                payload_values['__op'],
+                case when lower(payload_values['__deleted']) = 'true' then 'd' end,
+                'u'
+            )
+        end as op_text,
+        {%- for field, flattened in [
+            ('commit_lsn', ['__commit_lsn', '__source_commit_lsn', '__lsn']),
+            ('change_lsn', ['__change_lsn', '__source_change_lsn']),
+            ('event_serial_no', ['__event_serial_no', '__source_event_serial_no']),
+            ('ts_ms', ['__source_ts_ms', '__ts_ms']),
+            ('snapshot', ['__snapshot', '__source_snapshot']),
+            ('db', ['__db', '__source_db']),
+            ('schema', ['__schema', '__source_schema']),
+            ('table', ['__table', '__source_table']),
+        ] %}
+        case
+            when is_envelope then source_fields['{{ field }}']
+            else coalesce({% for name in flattened %}payload_values['{{ name }}']{{ ', ' if not loop.last }}{% endfor %})
+        end as {{ field }}_text,
+        {%- endfor %}
+        case when is_envelope then payload_values['before'] end as before_text,
+        case when is_envelope then payload_values['after'] end as after_text,
+        -- a flattened row is the row itself (a delete rewritten by delete.handling.mode=rewrite
+        -- is the row before it), without the __ metadata fields
+        case when not is_envelope then map_filter(payload, (k, v) -> not startswith(k, '__')) end as flattened_row,
+        -- the schema of the row's columns: the envelope's before / after struct, or the flattened row
+        case
+            when is_envelope then try_element_at(filter(value_schema.fields, f -> f.field in ('after', 'before')), 1).fields
+            else transform(value_schema.fields, f -> struct(f.field, f.type, f.name, f.parameters))
+        end as row_schema
+    from sourced
+),
+
+decoded as (
+    select
+        *,
+        {{ sqlserver_cdc.decode_operation('op_text', 'debezium') }} as operation,
+        {{ sqlserver_cdc.lsn_normalize('commit_lsn_text', 'string') }} as commit_lsn,
+        {{ sqlserver_cdc.lsn_normalize('change_lsn_text', 'string') }} as change_lsn_normalized,
+        try_cast(event_serial_no_text as bigint) as event_serial_no,
+        try_cast(ts_ms_text as bigint) as ts_ms,
+        transform_keys(
+            case
+                when is_envelope then from_json(before_text, 'map<string, string>')
+                when lower(op_text) = 'd' then flattened_row
+            end,
+            (k, v) -> lower(k)
+        ) as before_values,
+        transform_keys(
+            case
+                when is_envelope then from_json(after_text, 'map<string, string>')
+                when lower(op_text) != 'd' then flattened_row
+            end,
+            (k, v) -> lower(k)
+        ) as after_values,
+        -- a topic is <topic.prefix>.<db>.<schema>.<table>: its parts route events that name no table
+        split(topic, '\\.') as topic_parts
+    from fields
+),
+
+checked as (
+    select
+        *,
+        case
+            when is_tombstone then null
+            when value_map is null and row_values is null then 'not a JSON object'
+            when value_map is null then concat('Kafka record value is not a JSON object: ', left(value_text, 200))
+            when payload is null then 'payload is not a JSON object'
+            when not is_envelope and not is_flattened
+                then 'not a Debezium change event (no op and source, and no __ fields of a flattened event)'
+            else nullif(concat_ws(
+                '; ',
+                case when operation is null then concat('unknown op: ', coalesce(op_text, 'missing')) end,
+                {{ sqlserver_cdc.lsn_invalid_reason('commit_lsn_text', 'source.commit_lsn', normalized='commit_lsn') }},
+                {{ sqlserver_cdc.lsn_invalid_reason('change_lsn_text', 'source.change_lsn', required=false,
+                    normalized='change_lsn_normalized') }},
+                case when event_serial_no_text is not null and event_serial_no is null
+                    then concat('invalid source.event_serial_no: ', event_serial_no_text) end,
+                case when ts_ms_text is not null and ts_ms is null
+                    then concat('invalid source.ts_ms: ', ts_ms_text) end,
+                case when is_envelope and operation in ('insert', 'update_after', 'snapshot') and after_values is null
+                    then concat('op ', op_text, ' without an after row') end,
+                case when is_envelope and operation = 'delete' and before_values is null
+                    then 'op d without a before row' end
+            ), '')
+        end as quarantine_reason
+    from decoded
+),
+
+-- at-least-once delivery: a replayed event repeats the table, LSNs, serial number, operation
+-- and row image (not the connector's ts_ms); the first landed copy wins
+copies as (
+    select
+        *,
+        case when is_tombstone or quarantine_reason is not null then 1 else row_number() over (
+            partition by
+                lower(coalesce(db_text, try_element_at(topic_parts, -3))),
+                lower(coalesce(schema_text, try_element_at(topic_parts, -2))),
+                lower(coalesce(table_text, try_element_at(topic_parts, -1))),
+                commit_lsn, change_lsn_normalized, event_serial_no, operation,
+                to_json(coalesce(after_values, before_values))
+            order by _batch_id, _source_file, try_cast(kafka_partition as int), try_cast(kafka_offset as bigint)
+        ) end as copy_number
+    from checked
+),
+
+final as (
+    select
+        concat_ws('/', topic, kafka_partition, kafka_offset) as event_id,
+        topic,
+        coalesce(db_text, try_element_at(topic_parts, -3)) as source_database,
+        coalesce(schema_text, try_element_at(topic_parts, -2)) as source_schema,
+        coalesce(table_text, try_element_at(topic_parts, -1)) as source_table,
+        case when is_envelope then 'envelope' when is_flattened then 'flattened' end as event_form,
+        commit_lsn,
+        -- snapshot rows carry no change LSN or serial number: they sort before the changes of
+        -- their commit LSN
+        coalesce(change_lsn_normalized, '00000000000000000000') as change_lsn,
+        coalesce(event_serial_no, 0) as event_serial_no,
+        operation,
+        lower(coalesce(snapshot_text, 'false')) in ('true', 'last', 'first', 'first_in_data_collection',
+            'last_in_data_collection', 'incremental') as is_snapshot,
+        timestamp_millis(ts_ms) as commit_time,
+        before_values,
+        after_values,
+        map_from_entries(transform(
+            row_schema,
+            c -> struct(lower(c.field), struct(c.type as type, c.name as name, c.parameters['scale'] as scale))
+        )) as column_types,
+        case
+            when is_tombstone then 'tombstone'
+            when quarantine_reason is not null then 'quarantined'
+            when copy_number > 1 then 'duplicate'
+            else 'complete'
+        end as status,
+        quarantine_reason,
+        coalesce(raw_text, to_json(row_values)) as landed_record,
+        _source_file,
+        _batch_id,
+        _ingested_at
+    from copies
+)
+
+select * from final
+{%- endmacro %}
+
+{#- An Avro-JSON union value ({"string": "x"}, {"long": 1}, {"server1.dbo.t.Value": {...}}) as
+    the value it holds (Avro-JSON bytes, ISO-8859-1 characters, as base64 like the JSON
+    converter's); any other text as it is. -#}
+{% macro _debezium_unwrap(expr) -%}
+    (case
+        when startswith(ltrim({{ expr }}), '{') then transform(
+            array(from_json({{ expr }}, 'map<string, string>')),
+            u -> case
+                when size(u) = 1 and map_keys(u)[0] rlike '{{ sqlserver_cdc._avro_type_name_pattern() }}'
+                    then case
+                        when map_keys(u)[0] = 'bytes' then base64(encode(map_values(u)[0], 'ISO-8859-1'))
+                        else map_values(u)[0]
+                    end
+                else {{ expr }}
+            end
+        )[0]
+        else {{ expr }}
+    end)
+{%- endmacro %}
+
+{#- The names an Avro-JSON union tags its value with: a primitive type, or a record's full name. -#}
+{% macro _avro_type_name_pattern() -%}
+    ^(null|boolean|int|long|float|double|string|bytes|[A-Za-z_][A-Za-z0-9_]*([.][A-Za-z_][A-Za-z0-9_]*)+)$
+{%- endmacro %}

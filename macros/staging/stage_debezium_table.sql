@@ -1,0 +1,138 @@
+{#- Staging for one tracked table fed by the Debezium SQL Server connector: the complete events of
+    stg_debezium__events routed to it (by the declared topic, else by source db.schema.table,
+    case-insensitively, db only when declared), with the row (after; before for a delete)
+    decoded from the connector's encodings (by the event's schema when it has one, else by the
+    declared SQL Server types and the table's debezium options) and typed to the declared types.
+    Same columns as change-table staging: change_lsn is source.change_lsn (snapshot rows:
+    zeros), command_id the event_serial_no; plus _has_<column>. A snapshot row (op r) is the
+    key's state at its LSN and counts as an insert. An update's mask holds the columns whose
+    value differs between before and after (every carried column when there is no before row,
+    as in flattened events). Values that do not decode or cast, events without their key and
+    events whose form (flattened or not) is not the declared one are quarantined. -#}
+{% macro stage_debezium_table(table_name) -%}
+    {{ return(adapter.dispatch('stage_debezium_table', 'sqlserver_cdc')(table_name)) }}
+{%- endmacro %}
+
+{% macro default__stage_debezium_table(table_name) -%}
+{%- set t = sqlserver_cdc.tracked_table(table_name) -%}
+{%- set form = 'flattened' if t.debezium.flattened else 'envelope' -%}
+{%- set keys = t.key | map('lower') | list -%}
+{%- set binary, encodings, scales, digits, names = [], [], [], [], [] -%}
+{%- for c in t.columns -%}
+    {%- set name = "'" ~ (c.name | lower) ~ "'" -%}
+    {%- if sqlserver_cdc.spark_type(c.type) == 'binary' %}{% do binary.append(name) %}{% endif -%}
+    {%- do encodings.extend([name, "'" ~ sqlserver_cdc.debezium_encoding(c.type, t.debezium) ~ "'"]) -%}
+    {%- do scales.extend([name, sqlserver_cdc.declared_scale(c.type)]) -%}
+    {%- do digits.extend([name, sqlserver_cdc.fraction_digits(c.type)]) -%}
+    {%- do names.extend([name, "'" ~ c.name ~ "'"]) -%}
+{%- endfor -%}
+{%- set encodings, scales, digits, names = 'map(' ~ encodings | join(', ') ~ ')', 'map(' ~ scales | join(', ') ~ ')',
+    'map(' ~ digits | join(', ') ~ ')', 'map(' ~ names | join(', ') ~ ')' -%}
+with
+
+events as (
+    select
+        event_id, event_form, commit_lsn, change_lsn, event_serial_no, operation, commit_time,
+        before_values, after_values, column_types, landed_record, _source_file, _batch_id, _ingested_at
+    from {{ ref('stg_debezium__events') }}
+    where status = 'complete'
+        {%- if t.topic %}
+        and topic = '{{ t.topic }}'
+        {%- else %}
+        and lower(source_schema) = '{{ t.source_schema | lower }}'
+        and lower(source_table) = '{{ t.source_table | lower }}'
+        {%- if t.source_database %}
+        and lower(source_database) = '{{ t.source_database | lower }}'
+        {%- endif %}
+        {%- endif %}
+),
+
+-- the row an event carries (after; before for a delete), its values unwrapped from Avro-JSON
+-- unions, each with its encoding: the schema's logical type, else what the connector gives the
+-- declared type (map literals, so one expression decodes every column)
+row_values as (
+    select
+        *,
+        map_from_entries(transform(map_keys(row_image), k -> struct(k, coalesce(
+            column_types[k].name,
+            case when column_types[k].type = 'bytes' then 'bytes' end,
+            case when column_types[k] is not null and not array_contains(array({{ (['cast(null as string)'] + binary) | join(', ') }}), k)
+                then 'plain' end,
+            {{ encodings }}[k],
+            'plain'
+        )))) as encodings
+    from (
+        select
+            *,
+            transform_values(
+                case when operation = 'delete' then before_values else after_values end,
+                (k, v) -> {{ sqlserver_cdc._debezium_unwrap('v') }}
+            ) as row_image
+        from events
+    )
+),
+
+decoded as (
+    select
+        *,
+        map_from_entries(transform(map_entries(row_image), e -> struct(e.key, {{ sqlserver_cdc.debezium_value_text(
+            'e.value', 'encodings[e.key]',
+            "coalesce(try_cast(column_types[e.key].scale as int), " ~ scales ~ "[e.key], 0)",
+            "coalesce(" ~ digits ~ "[e.key], 7)") }}))) as row_texts
+    from row_values
+),
+
+texts as (
+    select
+        *,
+        {%- for c in t.columns %}
+        row_texts['{{ c.name | lower }}'] as text_{{ c.name }},
+        {%- if c.name | lower not in keys %}
+        operation in ('insert', 'snapshot') or map_contains_key(row_image, '{{ c.name | lower }}') as _has_{{ c.name }},
+        {%- endif %}
+        {%- endfor %}
+        nullif(concat_ws('; ',
+            case when event_form != '{{ form }}' then
+                {%- if form == 'flattened' %}
+                'an unflattened Debezium event, but table {{ t.name }} declares debezium.flattened: true'
+                {%- else %}
+                'a flattened (ExtractNewRecordState) event, but table {{ t.name }} does not declare debezium.flattened: true'
+                {%- endif %}
+            end,
+            array_join(transform(
+                filter(map_keys(row_image), k -> {{ names }}[k] is not null and row_image[k] is not null and row_texts[k] is null),
+                k -> {{ sqlserver_cdc.debezium_value_invalid_reason(names ~ '[k]', 'row_image[k]', 'encodings[k]') }}
+            ), '; ')
+        ), '') as unreadable
+    from decoded
+),
+
+typed as (
+    select
+        *,
+        {{ sqlserver_cdc.operation_number('operation') }} as operation_code,
+        {{- sqlserver_cdc._typed_columns(t) }}
+    from texts
+),
+
+validated as (
+    select
+        *,
+        nullif(concat_ws('; ',
+            unreadable,
+            {{- sqlserver_cdc._column_reasons(t, missing_key='is missing') }}
+        ), '') as quarantine_reason
+    from typed
+),
+
+final as (
+    select
+        commit_lsn,
+        change_lsn,
+        cast(event_serial_no as int) as command_id,
+        {{- sqlserver_cdc._event_staging_columns(t, 'before_values', 'after_values') }}
+    from validated
+)
+
+select * from final
+{%- endmacro %}

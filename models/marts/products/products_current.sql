@@ -1,0 +1,1 @@
+{{ sqlserver_cdc.current_state('products') }}

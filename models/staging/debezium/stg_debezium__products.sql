@@ -1,0 +1,1 @@
+{{ sqlserver_cdc.stage_debezium_table('products') }}
