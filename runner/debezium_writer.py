@@ -11,6 +11,7 @@ and the tests."""
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
@@ -115,7 +116,7 @@ def _row(table: TableSpec, values: dict[str, object], options: DebeziumOptions) 
 
 def _value_schema(table: TableSpec, options: DebeziumOptions) -> dict:
     columns = [{**column_schema(c.type), "optional": c.name not in table.key, "field": c.name} for c in table.columns]
-    db, schema, tbl = table.source or (options.database, "dbo", table.name)
+    _, schema, tbl = table.source or (options.database, "dbo", table.name)
     row_name = f"{options.server}.{schema}.{tbl}.Value"
     if options.flattened:
         return {"type": "struct", "optional": False, "name": row_name, "fields": columns + [
@@ -207,7 +208,7 @@ class Renderer:
             before: dict[int, ChangeRow] = {r.seqval: r for r in rows if r.operation == 3}
             main = [r for r in rows if r.operation != 3]
             shared: dict[int, int] = {}
-            for a, b in zip(main, main[1:]):
+            for a, b in itertools.pairwise(main):
                 non_key = [c.name for c in self.table.non_key]
                 if (a.operation, b.operation) == (1, 2) and all(a.values[n] == b.values[n] for n in non_key):
                     shared[id(b)] = a.seqval

@@ -6,13 +6,19 @@ events still flow."""
 
 from __future__ import annotations
 
+import base64
 import json
 import uuid
 from datetime import datetime
 
-from tests.conftest import FIXTURES, Pipeline, copy_project
+import yaml
+
+from runner import debezium_writer, landing_writer
+from runner.simulate import Column, Simulator, TableSpec, lsn_hex, replay
+from tests.conftest import FIXTURES, PROJECT_DIR, Pipeline, copy_project
 
 SAMPLES = FIXTURES / "reference" / "debezium"
+DECLARED = yaml.safe_load((PROJECT_DIR / "dbt_project.yml").read_text())["vars"]["cdc_tracked_tables"]
 
 
 def _pipeline(spark, tmp_path, tables: dict, replace=True) -> Pipeline:
@@ -139,3 +145,178 @@ def test_published_captures_stage_to_typed_rows(spark, tmp_path):
         (9, "0000002B000002E30003", "0000002B000002F60003", "insert", ["id", "name", "ts"]),
         (5, "0000002B0000030A0003", None, "update", ["name"]),
     ]
+
+
+ITEM_COLUMNS = (Column("item_id", "int", 1), Column("item_name", "nvarchar(60)", 2), Column("price", "decimal(12,2)", 3),
+                Column("qty", "smallint", 4), Column("launched", "date", 5), Column("updated", "datetime2(7)", 6),
+                Column("checked", "datetime", 7), Column("flag", "bit", 8), Column("blob", "varbinary(16)", 9))
+ITEMS = TableSpec("items", "dbo_items", ("item_id",), ITEM_COLUMNS, "debezium", ("ShopDb", "dbo", "items"))
+DECLARED_COLUMNS = [{"name": c.name, "type": c.type, "ordinal": c.ordinal} for c in ITEM_COLUMNS]
+
+
+def _same_rows(pipeline, left: str, right: str, columns: list[str]) -> int:
+    select = ", ".join(columns)
+    for a, b in ((left, right), (right, left)):
+        extra = pipeline.rows(f"select {select} from {{s}}.{a} except all select {select} from {{s}}.{b}")
+        if extra:
+            near = pipeline.rows(f"select {select} from {{s}}.{b} where item_id = {extra[0]['item_id']}")
+            raise AssertionError(f"{a} has rows {b} lacks: {extra[:3]}; {b} has for that key: {near}")
+    return pipeline.rows(f"select count(*) as n from {{s}}.{left}")[0]["n"]
+
+
+def test_debezium_events_build_the_marts_change_tables_build(spark, tmp_path):
+    pipeline = _pipeline(spark, tmp_path, {
+        "items_ct": {"channel": "change_tables", "capture_instance": "dbo_items", "key": ["item_id"],
+                     "columns": DECLARED_COLUMNS},
+        "items_dbz": {"channel": "debezium", "source_database": "ShopDb", "source_schema": "dbo",
+                      "source_table": "items", "key": ["item_id"], "columns": DECLARED_COLUMNS},
+    })
+    sim = Simulator([ITEMS], seed=41)
+    txs = [sim.transaction(statements=6, kinds=("insert",))] + sim.run(150)
+    assert {r.operation for tx in txs for r in tx.changes.get("items", [])} == {1, 2, 3, 4}
+    # the connector's forms over time: plain JSON; schemas enabled, written as whole Kafka records;
+    # Avro-JSON unions with event_serial_no as a string
+    forms = [debezium_writer.DebeziumOptions(),
+             debezium_writer.DebeziumOptions(schema=True, kafka_record=True),
+             debezium_writer.DebeziumOptions(avro_unions=True, serial_as_string=True)]
+    cuts = [(1, 50), (50, 100), (100, len(txs))]
+    batches = []
+    for (lo, hi), options in zip(cuts, forms):
+        renderer = debezium_writer.Renderer(ITEMS, options)
+        lines = renderer.snapshot(list(replay([ITEMS], txs[:1])["items"].values()), txs[0].commit_lsn,
+                                  txs[0].end_time) if lo == 1 else []
+        batches.append(lines + renderer.changes(txs[lo:hi]))
+    assert any("op\": \"r\"" in line for line in batches[0])
+    assert sum(line == "null" for line in batches[0]) > 5  # tombstones after deletes
+    pk_updates = [line for line in batches[1] if '"event_serial_no": 2' in line and '"op": "c"' in line]
+    assert pk_updates  # a primary-key update: delete (1), tombstone, create (2) sharing both LSNs
+    # a lagging partition: a tenth of batch 1's events arrive with batch 2 (below the watermark);
+    # a connector restart replays the end of each batch at the start of the next
+    late = batches[1][::10]
+    batches[1] = [line for i, line in enumerate(batches[1]) if i % 10]
+    batches[2] = late + batches[2]
+    replays = [batches[0][-15:], batches[1][-15:]]
+    batches[1] = replays[0] + batches[1]
+    batches[2] = replays[1] + batches[2]
+    replayed_events = sum(1 for lines in replays for line in lines if line != "null")
+
+    landing_writer.write_captured_columns(pipeline.landing, [ITEMS])
+    for i, (lo, hi) in enumerate([(0, 50), (50, 100), (100, len(txs))]):
+        landing_writer.write_batch(pipeline.landing, f"b{i}", [ITEMS], txs[lo:hi], {"items": "csv"},
+                                   min_lsn={"dbo_items": txs[0].begin_lsn} if i == 0 else None)
+        debezium_writer.write_lines(pipeline.landing / "debezium" / "server1.ShopDb.dbo.items" / f"b{i}.jsonl",
+                                    batches[i])
+        summary = {r["tracked_table"]: r for r in pipeline.run()}
+        if i == 1:
+            watermark = summary["items_dbz"]["lsn_reached"]
+            assert any(json.loads(line)["value"]["payload"]["source"]["commit_lsn"].replace(":", "").upper()
+                       < watermark for line in late if json.loads(line)["value"])
+    assert summary["items_dbz"]["lsn_reached"] == summary["items_ct"]["lsn_reached"] == lsn_hex(txs[-1].commit_lsn)
+    assert pipeline.rows("select count(*) as n from {s}.cdc_quarantine") == [{"n": 0}]
+    statuses = {r["status"]: r["n"] for r in pipeline.rows(
+        "select status, count(*) as n from {s}.stg_debezium__events group by status")}
+    assert statuses["duplicate"] == replayed_events > 20 and statuses["tombstone"] > 10
+
+    values = [c.name for c in ITEM_COLUMNS]
+    current = values + ["commit_lsn", "commit_time", "operation", "is_deleted"]
+    history = values + ["valid_from_lsn", "valid_to_lsn", "valid_from", "valid_to", "is_current", "operation",
+                        "is_deleted"]
+    assert _same_rows(pipeline, "items_ct_current", "items_dbz_current", current) > 20
+    assert _same_rows(pipeline, "items_ct_history", "items_dbz_history", history) > 100
+    _check_changed_columns(pipeline)
+    pipeline.run(full_refresh=True)
+    _same_rows(pipeline, "items_ct_current", "items_dbz_current", current)
+    _same_rows(pipeline, "items_ct_history", "items_dbz_history", history)
+
+
+def _check_changed_columns(pipeline) -> None:
+    """Debezium sends no update mask: the columns whose value differs between before and after
+    are the changed ones, a subset of the SET columns the change table's mask names."""
+    pairs = pipeline.rows(
+        "select ct.changed_columns as ct, dbz.changed_columns as dbz from {s}.items_ct_history as ct"
+        " join {s}.items_dbz_history as dbz on ct.item_id = dbz.item_id and ct.valid_from_lsn = dbz.valid_from_lsn")
+    assert len(pairs) > 100
+    assert all(set(p["dbz"]) <= set(p["ct"]) for p in pairs)
+    assert sum(p["dbz"] == p["ct"] for p in pairs) > len(pairs) * 0.9
+
+
+PRODUCT_COLUMNS = tuple(Column(c["name"], c["type"], c["ordinal"]) for c in DECLARED["products"]["columns"])
+PRODUCTS = TableSpec("products", None, ("product_id",), PRODUCT_COLUMNS, "debezium", ("ShopDb", "dbo", "products"))
+FLAT = TableSpec("items_flat", None, ("item_id",), ITEM_COLUMNS, "debezium", ("ShopDb", "dbo", "items"))
+
+
+def _variant(line: str, lsn: int, key: int, op: str | None = None, **after) -> str:
+    """A copy of a create event (schema envelope) as another event: new LSNs, key and values."""
+    event = json.loads(line)
+    payload = event["payload"]
+    colons = lsn_hex(lsn).lower()
+    payload["source"]["commit_lsn"] = f"{colons[:8]}:{colons[8:16]}:{colons[16:]}"
+    payload["source"]["change_lsn"] = payload["source"]["commit_lsn"]
+    payload["after"] = {**payload["after"], "product_id": key, **after}
+    payload["op"] = op or payload["op"]
+    return json.dumps(event)
+
+
+def test_bad_lines_unknown_operations_and_wrong_encodings_are_quarantined_flattened_rows_apply(spark, tmp_path):
+    from tests.test_pipeline import _check_marts
+
+    pipeline = _pipeline(spark, tmp_path, {
+        "products": DECLARED["products"],
+        "items_flat": {"channel": "debezium", "topic": "server1.ShopDb.dbo.items", "key": ["item_id"],
+                       "columns": DECLARED_COLUMNS, "debezium": {"flattened": True}},
+    })
+    sim = Simulator([PRODUCTS, FLAT], seed=43)
+    txs = [sim.transaction(statements=4, kinds=("insert",))] + sim.run(60)
+    products = debezium_writer.Renderer(PRODUCTS, debezium_writer.DebeziumOptions(schema=True))
+    good = products.snapshot(list(replay([PRODUCTS], txs[:1])["products"].values()), txs[0].commit_lsn,
+                             txs[0].end_time) + products.changes(txs[1:])
+    flat = debezium_writer.Renderer(FLAT, debezium_writer.DebeziumOptions(flattened=True, kafka_record=True))
+    flat_lines = flat.changes(txs)
+    assert any('"__deleted": "true"' in line for line in flat_lines)
+
+    create = next(line for line in good if '"op": "c"' in line)
+    top = txs[-1].commit_lsn
+    bad_lsn = json.loads(_variant(create, top + 2, 9002))["payload"]["source"]["commit_lsn"]
+    flattened_here = json.dumps({**json.loads(flat_lines[0])["value"]})
+    bad_events = [
+        "this is not JSON",
+        json.dumps({"hello": "world"}),
+        _variant(create, top + 1, 9001, op="x"),
+        _variant(create, top + 2, 9002).replace(f'"commit_lsn": "{lsn_hex(top + 2).lower()[:8]}', '"commit_lsn": "zz'),
+        json.dumps({"topic": products.topic, "partition": 0, "offset": 1, "key": None, "value": "oops"}),
+        json.dumps({**json.loads(create), "payload": {**json.loads(create)["payload"], "after": None}}),
+    ]
+    huge = base64.b64encode((10**12).to_bytes(6, "big", signed=True)).decode()
+    bad_values = [
+        _variant(create, top + 3, 9003, price="12.5"),
+        _variant(create, top + 4, 9004, launched_on="2024-01-01"),
+        _variant(create, top + 5, 9005, price=huge),
+        flattened_here,
+    ]
+    folder = pipeline.landing / "debezium" / products.topic
+    debezium_writer.write_lines(folder / "b1.jsonl", good + bad_events + bad_values)
+    debezium_writer.write_lines(pipeline.landing / "debezium" / flat.topic / "b1.jsonl", flat_lines)
+    summary = {r["tracked_table"]: r for r in pipeline.run()}
+    assert summary["products"]["quarantined"] == 4 and summary["items_flat"]["quarantined"] == 0
+    reasons = pipeline.rows("select tracked_table, quarantine_reason from {s}.cdc_quarantine order by quarantine_reason")
+    decimal = "org.apache.kafka.connect.data.Decimal (base64 of the unscaled big-endian two's-complement integer)"
+    assert [(r["tracked_table"], r["quarantine_reason"]) for r in reasons] == [
+        (None, "Kafka record value is not a JSON object: oops"),
+        ("products", ("a flattened (ExtractNewRecordState) event, but table products does not declare "
+                     "debezium.flattened: true")),
+        ("products", ('column launched_on: value "2024-01-01" is not a valid io.debezium.time.Date '
+                     "(days since 1970-01-01)")),
+        ("products", 'column price: value "1000000000000E-2" is not a valid decimal(10,2)'),
+        ("products", f'column price: value "12.5" is not a valid {decimal}'),
+        (None, "invalid LSN in source.commit_lsn: zz" + bad_lsn[8:]),
+        (None, "not a Debezium change event (no op and source, and no __ fields of a flattened event)"),
+        (None, "not a JSON object"),
+        (None, "op c without an after row"),
+        (None, "unknown op: x"),
+    ]
+    statuses = {r["status"]: r["n"] for r in pipeline.rows(
+        "select status, count(*) as n from {s}.stg_debezium__events group by status")}
+    assert statuses["tombstone"] == sum(line == "null" for line in good) + sum(
+        json.loads(line)["value"] is None for line in flat_lines) > 5
+    # every good event applied, flattened rows (deletes rewritten with __deleted) included
+    _check_marts(pipeline, sim, None, tables=[PRODUCTS, FLAT])

@@ -137,20 +137,20 @@ decoded as (
         {{ sqlserver_cdc.lsn_normalize('change_lsn_text', 'string') }} as change_lsn_normalized,
         try_cast(event_serial_no_text as bigint) as event_serial_no,
         try_cast(ts_ms_text as bigint) as ts_ms,
-        transform_keys(
-            case
-                when is_envelope then from_json(before_text, 'map<string, string>')
-                when lower(op_text) = 'd' then flattened_row
-            end,
-            (k, v) -> lower(k)
-        ) as before_values,
-        transform_keys(
-            case
-                when is_envelope then from_json(after_text, 'map<string, string>')
-                when lower(op_text) != 'd' then flattened_row
-            end,
-            (k, v) -> lower(k)
-        ) as after_values,
+        -- rows keyed by lower-case column name, values unwrapped from Avro-JSON unions (here,
+        -- once, below the replay window, rather than in every expression that reads a column)
+        {%- for image, when in [('before', "= 'd'"), ('after', "!= 'd'")] %}
+        transform_values(
+            transform_keys(
+                case
+                    when is_envelope then from_json({{ image }}_text, 'map<string, string>')
+                    when lower(op_text) {{ when }} then flattened_row
+                end,
+                (k, v) -> lower(k)
+            ),
+            (k, v) -> {{ sqlserver_cdc._debezium_unwrap('v') }}
+        ) as {{ image }}_values,
+        {%- endfor %}
         -- a topic is <topic.prefix>.<db>.<schema>.<table>: its parts route events that name no table
         split(topic, '\\.') as topic_parts
     from fields
@@ -247,7 +247,7 @@ select * from final
     converter's); any other text as it is. -#}
 {% macro _debezium_unwrap(expr) -%}
     (case
-        when startswith(ltrim({{ expr }}), '{') then transform(
+        when {{ expr }} rlike '^\\s*[{]\\s*"({{ sqlserver_cdc._avro_type_name_pattern()[1:-1] }})"\\s*:' then transform(
             array(from_json({{ expr }}, 'map<string, string>')),
             u -> case
                 when size(u) = 1 and map_keys(u)[0] rlike '{{ sqlserver_cdc._avro_type_name_pattern() }}'

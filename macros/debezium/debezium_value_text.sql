@@ -8,44 +8,90 @@
     'base64', 'base64-url-safe', 'hex', 'plain'); scale (int: a Decimal's scale); digits (int:
     the fractional-second digits of a time's text).
     NULL when the value does not decode: debezium_value_invalid_reason names the encoding. -#}
-{% macro debezium_value_text(value, encoding, scale='0', digits='7') -%}
-    {{ return(adapter.dispatch('debezium_value_text', 'sqlserver_cdc')(value, encoding, scale, digits)) }}
+{% macro debezium_value_text(value, encoding, scale='0', digits='7', sqlserver_type=none) -%}
+    {{ return(adapter.dispatch('debezium_value_text', 'sqlserver_cdc')(value, encoding, scale, digits, sqlserver_type)) }}
 {%- endmacro %}
 
-{% macro default__debezium_value_text(value, encoding, scale, digits) -%}
+{% macro default__debezium_value_text(value, encoding, scale, digits, sqlserver_type) -%}
     {%- set integer = 'try_cast(' ~ value ~ ' as bigint)' -%}
+    {%- set branches = sqlserver_cdc._debezium_value_branches(value, scale, digits) -%}
+    {%- set plausible = sqlserver_cdc._plausible_encodings(sqlserver_type) -%}
+    {%- if plausible == [] -%}
+    {{ value }}
+    {%- else -%}
     (case {{ encoding }}
-        when 'org.apache.kafka.connect.data.Decimal' then {{ sqlserver_cdc._decimal_text_from_base64(value, scale) }}
-        when 'io.debezium.time.Date' then {{ sqlserver_cdc._date_text(integer) }}
-        when 'org.apache.kafka.connect.data.Date' then {{ sqlserver_cdc._date_text(integer) }}
-        {%- for name, micros in [('io.debezium.time.Timestamp', integer ~ ' * 1000'),
-            ('org.apache.kafka.connect.data.Timestamp', integer ~ ' * 1000'),
-            ('io.debezium.time.MicroTimestamp', integer),
-            ('io.debezium.time.NanoTimestamp', sqlserver_cdc._floor_div(integer, 1000))] %}
-        when '{{ name }}' then cast(timestamp_micros({{ micros }}) as string)
+        {%- for name, expr in branches if plausible is none or name in plausible %}
+        when '{{ name }}' then {{ expr }}
         {%- endfor %}
-        {%- for name, per_second in [('io.debezium.time.Time', 1000), ('org.apache.kafka.connect.data.Time', 1000),
-            ('io.debezium.time.MicroTime', 1000000), ('io.debezium.time.NanoTime', 1000000000)] %}
-        when '{{ name }}' then {{ sqlserver_cdc._time_text(integer, per_second, digits) }}
-        {%- endfor %}
-        when 'bytes' then concat('0x', hex(try_to_binary({{ value }}, 'base64')))
-        when 'base64' then concat('0x', hex(try_to_binary({{ value }}, 'base64')))
-        when 'base64-url-safe' then concat('0x', hex(try_to_binary(rpad(translate({{ value }}, '-_', '+/'),
-            cast(ceil(length({{ value }}) / 4) * 4 as int), '='), 'base64')))
-        when 'hex' then case when {{ value }} rlike '^([0-9A-Fa-f]{2})*$' then concat('0x', upper({{ value }})) end
         else {{ value }}
     end)
+    {%- endif -%}
+{%- endmacro %}
+
+{#- The encodings a value of a declared type can arrive in (none: any), so a column's decoding
+    carries only the branches it can need. -#}
+{% macro _plausible_encodings(sqlserver_type) -%}
+    {%- if sqlserver_type is none -%}{{ return(none) }}{%- endif -%}
+    {%- set base = (sqlserver_type | lower).split('(')[0] | trim -%}
+    {%- set spark = sqlserver_cdc.spark_type(sqlserver_type) -%}
+    {%- if base in ('decimal', 'numeric', 'money', 'smallmoney') -%}
+        {{ return(['org.apache.kafka.connect.data.Decimal']) }}
+    {%- elif base == 'date' -%}
+        {{ return(['io.debezium.time.Date', 'org.apache.kafka.connect.data.Date']) }}
+    {%- elif base == 'time' -%}
+        {{ return(['io.debezium.time.Time', 'org.apache.kafka.connect.data.Time', 'io.debezium.time.MicroTime',
+            'io.debezium.time.NanoTime']) }}
+    {%- elif spark == 'timestamp' -%}
+        {{ return(['io.debezium.time.Timestamp', 'org.apache.kafka.connect.data.Timestamp',
+            'io.debezium.time.MicroTimestamp', 'io.debezium.time.NanoTimestamp']) }}
+    {%- elif spark == 'binary' -%}
+        {{ return(['bytes', 'base64', 'base64-url-safe', 'hex']) }}
+    {%- else -%}
+        {{ return([]) }}
+    {%- endif -%}
+{%- endmacro %}
+
+{#- (encoding, decoding expression) pairs for debezium_value_text. -#}
+{% macro _debezium_value_branches(value, scale, digits) -%}
+    {%- set integer = 'try_cast(' ~ value ~ ' as bigint)' -%}
+    {%- set branches = [
+        ('org.apache.kafka.connect.data.Decimal', sqlserver_cdc._decimal_text_from_base64(value, scale)),
+        ('io.debezium.time.Date', sqlserver_cdc._date_text(integer)),
+        ('org.apache.kafka.connect.data.Date', sqlserver_cdc._date_text(integer)),
+    ] -%}
+    {%- for name, micros in [('io.debezium.time.Timestamp', integer ~ ' * 1000'),
+        ('org.apache.kafka.connect.data.Timestamp', integer ~ ' * 1000'),
+        ('io.debezium.time.MicroTimestamp', integer),
+        ('io.debezium.time.NanoTimestamp', sqlserver_cdc._floor_div(integer, 1000))] -%}
+        {%- do branches.append((name, 'cast(timestamp_micros(' ~ micros ~ ') as string)')) -%}
+    {%- endfor -%}
+    {%- for name, per_second in [('io.debezium.time.Time', 1000), ('org.apache.kafka.connect.data.Time', 1000),
+        ('io.debezium.time.MicroTime', 1000000), ('io.debezium.time.NanoTime', 1000000000)] -%}
+        {%- do branches.append((name, sqlserver_cdc._time_text(integer, per_second, digits))) -%}
+    {%- endfor -%}
+    {%- set base64 = "concat('0x', hex(try_to_binary(" ~ value ~ ", 'base64')))" -%}
+    {%- do branches.extend([
+        ('bytes', base64),
+        ('base64', base64),
+        ('base64-url-safe', "concat('0x', hex(try_to_binary(rpad(translate(" ~ value ~ ", '-_', '+/'), cast(ceil(length("
+            ~ value ~ ") / 4) * 4 as int), '='), 'base64')))"),
+        ('hex', "case when " ~ value ~ " rlike '^([0-9A-Fa-f]{2})*$' then concat('0x', upper(" ~ value ~ ")) end"),
+    ]) -%}
+    {{ return(branches) }}
 {%- endmacro %}
 
 {#- The quarantine reason of a value that did not decode in its encoding (expressions: the
-    column's name, the value as sent, its encoding). -#}
-{% macro debezium_value_invalid_reason(column_name, value, encoding) -%}
+    column's name, the value as sent, its encoding; sqlserver_type narrows the descriptions to
+    the encodings the declared type can arrive in). -#}
+{% macro debezium_value_invalid_reason(column_name, value, encoding, sqlserver_type=none) -%}
+    {%- set plausible = sqlserver_cdc._plausible_encodings(sqlserver_type) -%}
     concat('column ', {{ column_name }}, ': value "', {{ value }}, '" is not a valid ', {{ encoding }},
-        coalesce(concat(' (', map(
-            {%- for name, meaning in sqlserver_cdc._debezium_encodings().items() %}
-            '{{ name }}', '{{ meaning }}'{{ ',' if not loop.last }}
+        case {{ encoding }}
+            {%- for name, meaning in sqlserver_cdc._debezium_encodings().items() if plausible is none or name in plausible %}
+            when '{{ name }}' then ' ({{ meaning }})'
             {%- endfor %}
-        )[{{ encoding }}], ')'), ''))
+            else ''
+        end)
 {%- endmacro %}
 
 {#- What each encoding holds, for quarantine reasons. -#}

@@ -17,17 +17,6 @@
 {%- set t = sqlserver_cdc.tracked_table(table_name) -%}
 {%- set form = 'flattened' if t.debezium.flattened else 'envelope' -%}
 {%- set keys = t.key | map('lower') | list -%}
-{%- set binary, encodings, scales, digits, names = [], [], [], [], [] -%}
-{%- for c in t.columns -%}
-    {%- set name = "'" ~ (c.name | lower) ~ "'" -%}
-    {%- if sqlserver_cdc.spark_type(c.type) == 'binary' %}{% do binary.append(name) %}{% endif -%}
-    {%- do encodings.extend([name, "'" ~ sqlserver_cdc.debezium_encoding(c.type, t.debezium) ~ "'"]) -%}
-    {%- do scales.extend([name, sqlserver_cdc.declared_scale(c.type)]) -%}
-    {%- do digits.extend([name, sqlserver_cdc.fraction_digits(c.type)]) -%}
-    {%- do names.extend([name, "'" ~ c.name ~ "'"]) -%}
-{%- endfor -%}
-{%- set encodings, scales, digits, names = 'map(' ~ encodings | join(', ') ~ ')', 'map(' ~ scales | join(', ') ~ ')',
-    'map(' ~ digits | join(', ') ~ ')', 'map(' ~ names | join(', ') ~ ')' -%}
 with
 
 events as (
@@ -47,64 +36,52 @@ events as (
         {%- endif %}
 ),
 
--- the row an event carries (after; before for a delete), its values unwrapped from Avro-JSON
--- unions, each with its encoding: the schema's logical type, else what the connector gives the
--- declared type (map literals, so one expression decodes every column)
+-- the row an event carries (after; before for a delete), each value with its encoding: the
+-- schema's logical type, else what the connector gives the declared type
 row_values as (
     select
         *,
-        map_from_entries(transform(map_keys(row_image), k -> struct(k, coalesce(
-            column_types[k].name,
-            case when column_types[k].type = 'bytes' then 'bytes' end,
-            case when column_types[k] is not null and not array_contains(array({{ (['cast(null as string)'] + binary) | join(', ') }}), k)
-                then 'plain' end,
-            {{ encodings }}[k],
-            'plain'
-        )))) as encodings
+        {%- for c in t.columns %}
+        {%- set name = c.name | lower %}
+        row_image['{{ name }}'] as value_{{ c.name }},
+        coalesce(
+            column_types['{{ name }}'].name,
+            case when column_types['{{ name }}'].type = 'bytes' then 'bytes' end,
+            {%- if sqlserver_cdc.spark_type(c.type) != 'binary' %}
+            case when column_types['{{ name }}'] is not null then 'plain' end,
+            {%- endif %}
+            '{{ sqlserver_cdc.debezium_encoding(c.type, t.debezium) }}'
+        ) as encoding_{{ c.name }},
+        {%- endfor %}
+        operation in ('insert', 'snapshot') as _inserted
     from (
         select
             *,
-            transform_values(
-                case when operation = 'delete' then before_values else after_values end,
-                (k, v) -> {{ sqlserver_cdc._debezium_unwrap('v') }}
-            ) as row_image
+            case when operation = 'delete' then before_values else after_values end as row_image
         from events
     )
-),
-
-decoded as (
-    select
-        *,
-        map_from_entries(transform(map_entries(row_image), e -> struct(e.key, {{ sqlserver_cdc.debezium_value_text(
-            'e.value', 'encodings[e.key]',
-            "coalesce(try_cast(column_types[e.key].scale as int), " ~ scales ~ "[e.key], 0)",
-            "coalesce(" ~ digits ~ "[e.key], 7)") }}))) as row_texts
-    from row_values
 ),
 
 texts as (
     select
         *,
         {%- for c in t.columns %}
-        row_texts['{{ c.name | lower }}'] as text_{{ c.name }},
+        {{ sqlserver_cdc.debezium_value_text('value_' ~ c.name, 'encoding_' ~ c.name,
+            "coalesce(try_cast(column_types['" ~ (c.name | lower) ~ "'].scale as int), "
+                ~ sqlserver_cdc.declared_scale(c.type) ~ ")",
+            sqlserver_cdc.fraction_digits(c.type), sqlserver_type=c.type) }} as text_{{ c.name }},
         {%- if c.name | lower not in keys %}
-        operation in ('insert', 'snapshot') or map_contains_key(row_image, '{{ c.name | lower }}') as _has_{{ c.name }},
+        _inserted or map_contains_key(row_image, '{{ c.name | lower }}') as _has_{{ c.name }},
         {%- endif %}
         {%- endfor %}
-        nullif(concat_ws('; ',
-            case when event_form != '{{ form }}' then
-                {%- if form == 'flattened' %}
-                'an unflattened Debezium event, but table {{ t.name }} declares debezium.flattened: true'
-                {%- else %}
-                'a flattened (ExtractNewRecordState) event, but table {{ t.name }} does not declare debezium.flattened: true'
-                {%- endif %}
-            end,
-            array_join(transform(
-                filter(map_keys(row_image), k -> {{ names }}[k] is not null and row_image[k] is not null and row_texts[k] is null),
-                k -> {{ sqlserver_cdc.debezium_value_invalid_reason(names ~ '[k]', 'row_image[k]', 'encodings[k]') }}
-            ), '; ')
-        ), '') as unreadable
-    from decoded
+        case when event_form != '{{ form }}' then
+            {%- if form == 'flattened' %}
+            'an unflattened Debezium event, but table {{ t.name }} declares debezium.flattened: true'
+            {%- else %}
+            'a flattened (ExtractNewRecordState) event, but table {{ t.name }} does not declare debezium.flattened: true'
+            {%- endif %}
+        end as unreadable
+    from row_values
 ),
 
 typed as (
@@ -120,6 +97,12 @@ validated as (
         *,
         nullif(concat_ws('; ',
             unreadable,
+            {%- for c in t.columns if sqlserver_cdc._plausible_encodings(c.type) %}
+            case when value_{{ c.name }} is not null and text_{{ c.name }} is null then
+                {{ sqlserver_cdc.debezium_value_invalid_reason("'" ~ c.name ~ "'", 'value_' ~ c.name, 'encoding_' ~ c.name,
+                    c.type) }}
+            end,
+            {%- endfor %}
             {{- sqlserver_cdc._column_reasons(t, missing_key='is missing') }}
         ), '') as quarantine_reason
     from typed
