@@ -2,8 +2,8 @@
 `python -m runner.cluster up|down|status` (make cluster-up / cluster-down).
 
 From the pip-installed pyspark: one master, two workers (1 core, 1 GiB each) and the Spark
-Thrift server (a Spark application on that master whose driver opens the Hive metastore on
-Derby). Every port and web UI is bound to 127.0.0.1 (Spark binds its UIs to all interfaces
+Thrift server (a Spark application on that master whose driver, 2 GiB, opens the Hive metastore
+on Derby). Every port and web UI is bound to 127.0.0.1 (Spark binds its UIs to all interfaces
 unless SPARK_LOCAL_IP says otherwise). Metastore, warehouse, worker folders, logs and pid files
 live in one git-ignored folder (SQLSERVER_CDC_CLUSTER_DIR, default `<project>/.cluster`).
 Ports come from environment variables (see PORTS); `up` waits until the Thrift port answers.
@@ -54,6 +54,7 @@ appender.console.target = SYSTEM_ERR
 appender.console.layout.type = PatternLayout
 appender.console.layout.pattern = %d{yyyy-MM-dd HH:mm:ss} %p %c{1}: %m%n
 """
+THRIFT_DRIVER_MEMORY = "2g"
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
 THRIFT_CLASS = "org.apache.spark.sql.hive.thriftserver.HiveThriftServer2"
@@ -114,14 +115,15 @@ def _is_ours(pid: int, java_class: str) -> bool:
         return False
 
 
-def _env(cluster: Cluster) -> dict[str, str]:
+def _env(cluster: Cluster, role: str) -> dict[str, str]:
     return {
         **os.environ,
         "SPARK_HOME": str(_spark_home()),
         "SPARK_LOCAL_IP": HOST,  # web UIs, block managers and executors bind here, not 0.0.0.0
         "SPARK_LOCAL_HOSTNAME": HOST,
         "SPARK_CONF_DIR": str(cluster.state_dir / "conf"),  # no user spark-defaults leak in
-        "SPARK_DAEMON_MEMORY": "512m",
+        # the daemons' heap; Spark's launcher also gives it to the Thrift server, over --driver-memory
+        "SPARK_DAEMON_MEMORY": THRIFT_DRIVER_MEMORY if role == "thrift" else "512m",
         "SPARK_LOG_DIR": str(cluster.state_dir / "logs"),
     }
 
@@ -141,6 +143,14 @@ def _commands(cluster: Cluster) -> dict[str, list[str]]:
         "spark.driver.host": HOST,
         "spark.driver.bindAddress": HOST,
         "spark.ui.enabled": "false",
+        # Spark keeps recent statements' plans and jobs for the UI even when the UI is off;
+        # dbt's marts are large plans: keep few in the driver's heap.
+        "spark.sql.ui.retainedExecutions": "10",
+        "spark.sql.thriftServer.ui.retainedStatements": "10",
+        "spark.sql.thriftServer.ui.retainedSessions": "10",
+        "spark.ui.retainedJobs": "50",
+        "spark.ui.retainedStages": "50",
+        "spark.ui.retainedTasks": "1000",
         "spark.executor.memory": "768m",
         "spark.executor.cores": "1",
         "spark.cores.max": "2",
@@ -152,7 +162,7 @@ def _commands(cluster: Cluster) -> dict[str, list[str]]:
     }
     thrift = [
         str(home / "bin/spark-submit"), "--master", cluster.master_url, "--class", THRIFT_CLASS,
-        "--name", "sqlserver_cdc Thrift server", "--driver-memory", "1g",
+        "--name", "sqlserver_cdc Thrift server", "--driver-memory", THRIFT_DRIVER_MEMORY,
         *[arg for key, value in conf.items() for arg in ("--conf", f"{key}={value}")],
         "spark-internal",
         "--hiveconf", f"hive.server2.thrift.bind.host={HOST}",
@@ -207,13 +217,12 @@ def up(cluster: Cluster, timeout: float = 240) -> None:
     for stale in (cluster.state_dir / "pids").glob("*.pid"):
         stale.unlink()
     (cluster.state_dir / "conf/log4j2.properties").write_text(LOG4J2)
-    env = _env(cluster)
     commands = _commands(cluster)
     processes = {}
     try:
         for role in ROLES:
             with cluster.log(role).open("ab") as log:
-                processes[role] = subprocess.Popen(commands[role], cwd=cluster.state_dir, env=env, stdout=log,
+                processes[role] = subprocess.Popen(commands[role], cwd=cluster.state_dir, env=_env(cluster, role), stdout=log,
                                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                                    start_new_session=True)
             cluster.pid_file(role).write_text(f"{processes[role].pid}\n")
