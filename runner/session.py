@@ -67,7 +67,8 @@ def create_file_writer_session():
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     try:
         spark = (SparkSession.builder.appName("sqlserver_cdc_files").master("local[1]")
-                 .config("spark.ui.enabled", "false").config("spark.sql.session.timeZone", "UTC").getOrCreate())
+                 .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+                 .config("spark.sql.session.timeZone", "UTC").getOrCreate())
     except Exception as exc:  # Spark start-up fails in many ways; all are infrastructure
         raise InfrastructureError(f"Spark did not start: {exc}".splitlines()[0]) from exc
     spark.sparkContext.setLogLevel("ERROR")
