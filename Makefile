@@ -1,12 +1,13 @@
 # Two commands set everything up on a fresh machine with Java 17 and Python 3.10+:
 #   make demo   - create .venv, install, generate demo landing data, run the pipeline, print a summary
 #   make test   - create .venv, install, run linters, dbt docs generate and the whole test suite
+#                 (tests/test_cluster.py starts and stops its own local Spark cluster)
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint docs bench clean check-java
+.PHONY: demo test lint docs bench clean check-java cluster-up cluster-down
 
 check-java:
 	@command -v java >/dev/null 2>&1 || { echo "ERROR: java not found. Spark needs Java 17: install it (e.g. apt-get install openjdk-17-jre-headless) and re-run."; exit 2; }
@@ -32,6 +33,14 @@ docs: check-java $(STAMP)
 
 test: check-java $(STAMP) lint
 	$(PY) -m pytest
+
+# A local Spark standalone cluster (master, two workers, Thrift server on 127.0.0.1) for the
+# `cluster` target: README "Running on a cluster". State and logs in .cluster/.
+cluster-up: check-java $(STAMP)
+	$(PY) -m runner.cluster up
+
+cluster-down: $(STAMP)
+	$(PY) -m runner.cluster down
 
 clean:
 	rm -rf target logs .state landing bench/work

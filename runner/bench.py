@@ -373,7 +373,7 @@ def run_bench(cfg: BenchConfig, project_dir: Path, progress=None) -> dict:
         def pipeline(name: str, **kwargs):
             os.environ["SQLSERVER_CDC_SCHEMA"] = f"bench_{name}"
             target = load_target(project, "local")
-            return lambda: run_pipeline(spark, project, target, states[name][0], progress=report.Progress(), **kwargs)
+            return lambda: run_pipeline(project, target, states[name][0], progress=report.Progress(), **kwargs)
 
         copy_input = [str(p) for p in (states["1x"][0] / "change_tables").glob("*/initial")]
         phases.append(_timed(progress, "copy floor", landed["1x"], lambda: spark.read.parquet(*copy_input)

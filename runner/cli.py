@@ -16,7 +16,7 @@ from runner.dbt import Dbt
 from runner.errors import EXIT_OK, PipelineFailed, RunnerError
 from runner.profile import load_target
 from runner.project import tracked_tables
-from runner.session import create_session
+from runner.session import create_file_writer_session, create_session
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 # channels whose events arrive out of order: their marts rebuild the keys of newly landed batches
@@ -74,18 +74,20 @@ def _batch_id() -> str:
     return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ") + "-" + uuid.uuid4().hex[:6]
 
 
-def run_pipeline(spark, project_dir: Path, target, landing_dir: Path, *, select: list[str] = (),
+def run_pipeline(project_dir: Path, target, landing_dir: Path, *, select: list[str] = (),
                  full_refresh: bool = False, upper_lsn: str | None = None, strict: bool = False,
                  progress=None) -> list[dict]:
     """Lands, builds and reports one run; returns the summary rows (one per tracked table).
+    Every step is SQL sent through dbt, so it runs on whatever Spark the target names (for a
+    session target, the caller has created the SparkSession first).
     Raises PipelineFailed (also when strict and this batch quarantined rows)."""
     progress = progress or report.Progress()
     batch_id = _batch_id()
-    progress.step(f"landing new files from {landing_dir} (batch {batch_id})")
-    counts = landing.land(spark, landing_dir, target.raw_schema, batch_id)
-    progress.step(f"landed {sum(counts.values())} records from {len(counts)} folders")
     base_vars = {"cdc_raw_schema": target.raw_schema}
     dbt = Dbt(project_dir, target.name, dict(base_vars))
+    progress.step(f"landing new files from {landing_dir} (batch {batch_id})")
+    counts = landing.land(dbt, landing_dir, target.raw_schema, batch_id)
+    progress.step(f"landed {sum(counts.values())} records from {len(counts)} folders")
     bounds = {r["channel"]: r for r in dbt.query("{{ sqlserver_cdc.landed_high_water_mark() }}")}
     uppers = {channel: r["upper_lsn"] for channel, r in bounds.items() if r["upper_lsn"]}
     if upper_lsn is not None:
@@ -159,10 +161,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "demo" and not (_landing_dir(args) / "change_tables").exists():
             _generate(args, target, progress, transactions=400, batches=2, seed=7)
         landing.discover(_landing_dir(args))  # a missing landing folder is a usage error: fail before Spark
-        progress.step(f"starting Spark (target {target.name})")
-        spark = create_session(target, args.project_dir)
+        if target.method == "session":
+            progress.step(f"starting Spark (target {target.name})")
+            create_session(target, args.project_dir)  # dbt-spark's session method reuses it
+        else:
+            progress.step(f"target {target.name}: sending SQL to Spark through dbt-spark method {target.method}")
         run_pipeline(
-            spark, args.project_dir, target, _landing_dir(args),
+            args.project_dir, target, _landing_dir(args),
             select=getattr(args, "select", []), full_refresh=getattr(args, "full_refresh", False),
             upper_lsn=getattr(args, "upper_lsn", None), strict=getattr(args, "strict", False), progress=progress,
         )
@@ -195,10 +200,17 @@ def _generate(args, target, progress, transactions=None, batches=None, seed=None
 
     landing_dir = _landing_dir(args)
     progress.step(f"writing simulated landing data to {landing_dir}")
-    spark = create_session(target, args.project_dir)
-    demo_data.generate(
-        spark, args.project_dir, landing_dir,
-        transactions=transactions or args.transactions, batches=batches or args.batches, seed=seed or args.seed,
-    )
+    # Parquet files are written with Spark: the target's session, or for a cluster target a
+    # local one used for nothing else (the pipeline itself then runs on the cluster).
+    local = target.method == "session"
+    spark = create_session(target, args.project_dir) if local else create_file_writer_session()
+    try:
+        demo_data.generate(
+            spark, args.project_dir, landing_dir,
+            transactions=transactions or args.transactions, batches=batches or args.batches, seed=seed or args.seed,
+        )
+    finally:
+        if not local:
+            spark.stop()
     return EXIT_OK
 

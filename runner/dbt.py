@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,11 +28,11 @@ class Dbt:
             args += ["--vars", json.dumps(self.vars)]
         return args
 
-    def invoke(self, command: list[str], quiet: bool | None = None):
+    def invoke(self, command: list[str], quiet: bool | None = None, callbacks: list | None = None):
         from dbt.cli.main import dbtRunner
 
         flags = ["--quiet", "--log-level", "none"] if (self.quiet if quiet is None else quiet) else []
-        result = dbtRunner().invoke(flags + self._args(command))
+        result = dbtRunner(callbacks=callbacks or []).invoke(flags + self._args(command))
         if result.exception is not None:
             raise InfrastructureError(f"dbt {command[0]} could not run: {result.exception}".splitlines()[0])
         return result
@@ -53,6 +54,19 @@ class Dbt:
             failed = ["dbt build reported failure (see the log above)"]
         return failed
 
+    def operation(self, macro: str, args: dict[str, object]) -> None:
+        """Runs a macro with `dbt run-operation` (its statements share one connection, so temporary
+        views live across them); raises InfrastructureError with the macro's error."""
+        errors: list[str] = []
+
+        def on_event(event) -> None:
+            if event.info.name in ("RunningOperationCaughtError", "RunningOperationUncaughtError"):
+                errors.append(event.data.exc)
+
+        result = self.invoke(["run-operation", macro, "--args", json.dumps(args)], quiet=True, callbacks=[on_event])
+        if not result.success:
+            raise InfrastructureError(f"dbt run-operation {macro} failed - {_spark_reason(chr(10).join(errors))}")
+
     def query(self, sql: str) -> list[dict[str, object]]:
         """Runs one SELECT (Jinja allowed, macros of the project available) through `dbt show`."""
         result = self.invoke(["show", "--inline", sql, "--limit", "-1"], quiet=True)
@@ -70,3 +84,17 @@ def _first_error_line(message: str | None) -> str:
             return " - " + line[line.find("gap detected") if "gap detected" in line else 0:]
     useful = [line for line in lines if line not in ("Runtime Error", "Database Error")]
     return (" - " + useful[0][:300]) if useful else ""
+
+
+def _spark_reason(message: str) -> str:
+    """What Spark says went wrong, from an error that wraps it (py4j for the embedded session, the
+    Thrift response on a cluster): the innermost cause, else the line with Spark's error class."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    causes = [line for line in lines if line.startswith("Caused by:")]
+    if causes:
+        return re.sub(r"^Caused by: [\w.$]+: ", "", causes[-1])[:300]
+    for line in lines:
+        found = re.search(r"\[[A-Z][A-Z_]*(\.[A-Z_]+)*\].*", line)
+        if found:
+            return found.group(0)[:300]
+    return lines[0][:300] if lines else "see logs/dbt.log"

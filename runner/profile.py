@@ -26,6 +26,12 @@ class Target:
         return f"{self.schema}_raw"
 
 
+# dbt's type filters (e.g. `port: "{{ env_var('...') | as_number }}"`): the runner only needs
+# the text; dbt itself does the conversion.
+_JINJA = jinja2.Environment()
+_JINJA.filters.update({name: (lambda v: v) for name in ("as_number", "as_bool", "as_native", "as_text")})
+
+
 def _render(value: object) -> object:
     """Renders the env_var() calls dbt allows in profiles.yml."""
     if isinstance(value, dict):
@@ -41,7 +47,7 @@ def _render(value: object) -> object:
                 raise UsageError(f"profiles.yml needs environment variable {name}; set it and retry")
             return default
 
-        return jinja2.Template(value).render(env_var=env_var)
+        return _JINJA.from_string(value).render(env_var=env_var)
     return value
 
 

@@ -31,8 +31,8 @@ def create_session(target: Target, project_dir: Path):
     """Returns a SparkSession configured from the target (local session targets only)."""
     if target.method != "session":
         raise InfrastructureError(
-            f"target '{target.name}' uses method '{target.method}': the runner drives "
-            "session targets only for now"
+            f"target '{target.name}' uses method '{target.method}': it runs on a Spark server, "
+            "not in a local SparkSession"
         )
     check_java()
     from pyspark.sql import SparkSession
@@ -55,4 +55,21 @@ def create_session(target: Target, project_dir: Path):
     # PySpark 4 logs every failed statement with its JVM stack trace as JSON; dbt already
     # reports the error of a failing model in one readable block.
     logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
+    return spark
+
+
+def create_file_writer_session():
+    """A plain local SparkSession (no metastore, no UI) for writing landing files only, e.g. the
+    demo data when the pipeline runs on a cluster."""
+    check_java()
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    try:
+        spark = (SparkSession.builder.appName("sqlserver_cdc_files").master("local[1]")
+                 .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+                 .config("spark.sql.session.timeZone", "UTC").getOrCreate())
+    except Exception as exc:  # Spark start-up fails in many ways; all are infrastructure
+        raise InfrastructureError(f"Spark did not start: {exc}".splitlines()[0]) from exc
+    spark.sparkContext.setLogLevel("ERROR")
     return spark

@@ -47,7 +47,7 @@ class Pipeline:
         from runner.cli import run_pipeline
 
         os.environ["SQLSERVER_CDC_SCHEMA"] = self.schema
-        return run_pipeline(self.spark, self.project_dir, self.target, self.landing, **kwargs)
+        return run_pipeline(self.project_dir, self.target, self.landing, **kwargs)
 
     def rows(self, sql: str) -> list[dict]:
         return [r.asDict(recursive=True) for r in self.spark.sql(sql.format(s=self.schema)).collect()]

@@ -271,6 +271,7 @@ def test_merge_path_returns_the_rows_whose_merge_gives_the_marts(pipeline, tmp_p
     from dbt.cli.main import dbtRunner
 
     from runner import landing
+    from runner.dbt import Dbt
     from tests.conftest import PROJECT_DIR, compile_sql, copy_project
     from tests.expected import current_state, history
 
@@ -288,7 +289,7 @@ def test_merge_path_returns_the_rows_whose_merge_gives_the_marts(pipeline, tmp_p
     _land(pipeline, sim, sim.run(50), "b1", first=True)
     pipeline.run()
     _land(pipeline, sim, sim.run(20) + [sim.transaction(statements=2, kinds=("delete",)) for _ in range(4)], "b2")
-    landing.land(pipeline.spark, pipeline.landing, pipeline.target.raw_schema, "b2")
+    landing.land(Dbt(PROJECT_DIR, "local"), pipeline.landing, pipeline.target.raw_schema, "b2")
     vars_arg = ["--vars", json.dumps({"cdc_raw_schema": pipeline.target.raw_schema})]
     # on an incremental run, CES marts refuse MERGE with a clear error (a late event can remove versions) ...
     refused = dbtRunner().invoke(["--quiet", "--log-level", "none", "compile", "--select", "employees_history",

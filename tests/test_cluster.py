@@ -1,0 +1,140 @@
+"""The same project on a Spark cluster: a local standalone cluster (master, two workers and the
+Thrift server, runner/cluster.py) runs the demo through `python -m runner run --target cluster`,
+and every mart equals, row for row, the one the embedded session builds from the same landing
+files. The cluster listens on 127.0.0.1 only and leaves no process behind."""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import socket
+import subprocess
+import sys
+import uuid
+from contextlib import ExitStack
+from pathlib import Path
+
+from runner import demo_data, report
+from runner.cluster import HOST, PORTS, Cluster, down, listening, process_tree, up
+from runner.dbt import Dbt
+from runner.project import tracked_tables
+from tests.conftest import PROJECT_DIR, Pipeline
+
+LOOPBACK = ("127.0.0.1:", "[::ffff:127.0.0.1]:", "[::1]:")
+
+
+def _free_ports(count: int) -> list[int]:
+    with ExitStack() as stack:
+        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for s in sockets:
+            s.bind((HOST, 0))
+        return [s.getsockname()[1] for s in sockets]
+
+
+def _rows(dbt_or_spark, sql: str) -> list[str]:
+    if isinstance(dbt_or_spark, Dbt):
+        return sorted(r["r"] for r in dbt_or_spark.query(sql))
+    return sorted(r[0] for r in dbt_or_spark.sql(sql).collect())
+
+
+def _marts(source, schema: str) -> dict[str, list[str]]:
+    """Every mart of every tracked table as its rows, each row all columns as JSON, sorted."""
+    marts = {}
+    for table in tracked_tables(PROJECT_DIR):
+        for mart in (f"{table.name}_current", f"{table.name}_history"):
+            marts[mart] = _rows(source, f"select to_json(struct(*)) as r from {schema}.{mart}")
+    return marts
+
+
+def _add_bad_input(landing: Path) -> None:
+    """Rows and lines the pipeline must quarantine (the casts behave as on the local session only
+    with the same Spark settings, ANSI off among them)."""
+    order_lines = next((landing / "change_tables" / "sales_order_lines").rglob("*.csv"))
+    with order_lines.open(newline="") as f:
+        good = next(csv.DictReader(f))
+    with (order_lines.parent / "bad.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(good))
+        writer.writeheader()
+        writer.writerows([{**good, "__$start_lsn": "0xNOTANLSN"}, {**good, "__$operation": "9"},
+                          {**good, "quantity": "many"}])
+    (landing / "ces" / "bad.jsonl").write_text('not json\n{"specversion": "1.0", "type": "other"}\n')
+
+
+def _ces_stream(output: str) -> str:
+    """The run's CES stream line, without its time prefix."""
+    return next(line[line.index("CES stream:"):] for line in output.splitlines() if "CES stream:" in line)
+
+
+def test_cluster_target_builds_the_marts_the_local_session_builds(spark, tmp_path, monkeypatch):
+    landing = tmp_path / "landing"
+    demo_data.generate(spark, PROJECT_DIR, landing, transactions=120, batches=2, seed=19)
+    _add_bad_input(landing)
+    cluster = Cluster(tmp_path / "cluster", dict(zip(PORTS, _free_ports(len(PORTS)))))
+    started: set[int] = set()
+    try:
+        up(cluster)
+        started = process_tree(list(cluster.running().values()))
+        schema = "c_" + uuid.uuid4().hex[:8]
+        env = {
+            **os.environ,
+            "SQLSERVER_CDC_THRIFT_PORT": str(cluster.thrift_port),
+            "SQLSERVER_CDC_SCHEMA": schema,
+            # dbt's artifacts away from the project's target/, which the local run below writes
+            "DBT_TARGET_PATH": str(tmp_path / "dbt_target"),
+            "DBT_LOG_PATH": str(tmp_path / "dbt_logs"),
+        }
+        log = tmp_path / "cluster_run.log"
+        with log.open("w") as out:
+            run = subprocess.Popen(
+                [sys.executable, "-m", "runner", "run", "--target", "cluster", "--landing", str(landing)],
+                cwd=PROJECT_DIR, env=env, stdout=out, stderr=subprocess.STDOUT)
+            try:
+                # the same landing files through the embedded session, meanwhile
+                local = Pipeline(spark, "l_" + uuid.uuid4().hex[:8], landing)
+                progress = io.StringIO()
+                local_summary = local.run(progress=report.Progress(stream=progress))
+                local_stream = _ces_stream(progress.getvalue())
+                run.wait(timeout=600)
+            finally:
+                if run.poll() is None:
+                    run.kill()
+                    run.wait()
+        output = log.read_text()
+        assert run.returncode == 0, output[-3000:]
+        assert "target cluster: sending SQL to Spark" in output and "starting Spark" not in output
+        # the same summary: rows landed and quarantined (the bad input), changes applied, LSN
+        # reached, mart sizes; and the same CES stream counts
+        table = io.StringIO()
+        report.print_table(report.summary_table(local_summary), stream=table)
+        assert table.getvalue().strip() in output
+        assert {r["tracked_table"]: r["quarantined"] for r in local_summary}["order_lines"] == 3
+        assert "2 lines quarantined" in local_stream and _ces_stream(output) == local_stream
+
+        # executors included, every listening socket of the cluster is on the loopback interface
+        tree = process_tree(list(cluster.running().values()))
+        started |= tree
+        addresses = listening(tree)
+        assert f"{cluster.thrift_port}" in " ".join(addresses)
+        assert [a for a in addresses if not a.startswith(LOOPBACK)] == []
+
+        # the cluster's marts through dbt's Thrift connection, as the runner reads the cluster
+        monkeypatch.setenv("SQLSERVER_CDC_THRIFT_PORT", str(cluster.thrift_port))
+        monkeypatch.setenv("SQLSERVER_CDC_SCHEMA", schema)
+        on_cluster = _marts(Dbt(PROJECT_DIR, "cluster"), schema)
+        on_session = _marts(spark, local.schema)
+        for mart, rows in on_session.items():
+            assert rows, f"{mart} is empty: the comparison would prove nothing"
+            assert on_cluster[mart] == rows, f"{mart} differs between the cluster and the local session"
+    finally:
+        down(cluster)
+    assert cluster.pids() == {}, "pid files left behind"
+    assert [pid for pid in sorted(started) if _alive(pid)] == [], "cluster processes still running"
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie waiting for its parent to reap it has an empty command line)."""
+    try:
+        return bool(Path(f"/proc/{pid}/cmdline").read_bytes())
+    except OSError:
+        return False

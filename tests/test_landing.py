@@ -1,0 +1,62 @@
+"""Landing in SQL (macro land_files through dbt run-operation, the one path for the embedded
+session and a cluster): every record lands as text exactly as the raw table's contract says,
+a file lands once, and a file Spark cannot read fails the batch with Spark's reason."""
+
+from __future__ import annotations
+
+import pytest
+
+from runner import landing
+from runner.dbt import Dbt
+from runner.errors import InfrastructureError
+from tests.conftest import PROJECT_DIR
+
+
+def _landed(pipeline, batch: str) -> list[dict]:
+    return pipeline.rows(
+        "select landing_kind, entity, _source_file, row_values, raw_text from {s}_raw.landed_rows"
+        f" where _batch_id = '{batch}' order by _source_file, raw_text, to_json(row_values)")
+
+
+def test_records_land_as_text_once_per_file(pipeline):
+    folder = pipeline.landing / "change_tables" / "dbo_things"
+    folder.mkdir(parents=True)
+    pipeline.spark.createDataFrame(
+        [(1, bytearray(b"\x00\xab\x10"), None), (2, None, "two")], "Id int, `__$Mask` binary, Note string",
+    ).coalesce(1).write.parquet(str(folder / "export.parquet"))
+    # glob characters and a quote in the name are taken literally; the header's case is lowered
+    (folder / "we[ir]d {it's}.csv").write_text("Id,Note\n3,three\n4,\n")
+    events = pipeline.landing / "ces"
+    events.mkdir()
+    (events / "lines.jsonl").write_text('{"id": "e1", "data": {"n": 1}}\n\n   \nnot json\n[1, 2]\n')
+    dbt = Dbt(PROJECT_DIR, "local")
+
+    counts = landing.land(dbt, pipeline.landing, pipeline.target.raw_schema, "b1")
+
+    assert counts == {("change_tables", "dbo_things"): 4, ("ces", "default"): 3}
+    parquet = next(folder.glob("export.parquet/*.parquet")).relative_to(pipeline.landing).as_posix()
+    assert _landed(pipeline, "b1") == [
+        {"landing_kind": "ces", "entity": "default", "_source_file": "ces/lines.jsonl",
+         "row_values": None, "raw_text": "[1, 2]"},
+        {"landing_kind": "ces", "entity": "default", "_source_file": "ces/lines.jsonl",
+         "row_values": None, "raw_text": "not json"},
+        {"landing_kind": "ces", "entity": "default", "_source_file": "ces/lines.jsonl",
+         "row_values": {"id": "e1", "data": '{"n":1}'}, "raw_text": '{"id": "e1", "data": {"n": 1}}'},
+        {"landing_kind": "change_tables", "entity": "dbo_things", "_source_file": parquet,
+         "row_values": {"id": "1", "__$mask": "0x00AB10", "note": None}, "raw_text": None},
+        {"landing_kind": "change_tables", "entity": "dbo_things", "_source_file": parquet,
+         "row_values": {"id": "2", "__$mask": None, "note": "two"}, "raw_text": None},
+        {"landing_kind": "change_tables", "entity": "dbo_things", "_source_file": "change_tables/dbo_things/we[ir]d {it's}.csv",
+         "row_values": {"id": "3", "note": "three"}, "raw_text": None},
+        {"landing_kind": "change_tables", "entity": "dbo_things", "_source_file": "change_tables/dbo_things/we[ir]d {it's}.csv",
+         "row_values": {"id": "4", "note": None}, "raw_text": None},
+    ]
+    # landed files are never landed again
+    assert landing.land(dbt, pipeline.landing, pipeline.target.raw_schema, "b2") == {}
+
+    # a file Spark cannot read fails the whole batch with Spark's reason; nothing of it lands
+    (folder / "broken.parquet").write_text("not parquet")
+    (folder / "fine.csv").write_text("Id\n5\n")
+    with pytest.raises(InfrastructureError, match="run-operation sqlserver_cdc.land_files failed - .*broken.parquet"):
+        landing.land(dbt, pipeline.landing, pipeline.target.raw_schema, "b3")
+    assert _landed(pipeline, "b3") == []
