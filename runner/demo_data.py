@@ -46,7 +46,7 @@ def generate(spark, project_dir: Path, landing_dir: Path, transactions: int, bat
         for name, renderer in renderers.items():
             lines = replayed[name]
             if i == 0:  # the connector's initial snapshot: the first transaction's rows
-                state = replay([renderer.table], batch[:1])[name]
+                state = replay(tables, batch[:1])[name]
                 lines += renderer.snapshot(list(state.values()), batch[0].commit_lsn, batch[0].end_time)
                 lines += renderer.changes(batch[1:])
             else:

@@ -297,9 +297,10 @@ def test_merge_path_returns_the_rows_whose_merge_gives_the_marts(pipeline, tmp_p
     assert not refused.success
     assert "incremental_strategy merge is not supported for channels whose events arrive out of order" in str(
         refused.exception)
-    # ... so they stay on insert_overwrite while the change-table marts merge
-    config["models"]["sqlserver_cdc"]["marts"]["employees"] = {"+file_format": "parquet",
-                                                               "+incremental_strategy": "insert_overwrite"}
+    # ... so they (and Debezium's) stay on insert_overwrite while the change-table marts merge
+    for event_table in ("employees", "products"):  # CES and Debezium
+        config["models"]["sqlserver_cdc"]["marts"][event_table] = {"+file_format": "parquet",
+                                                                   "+incremental_strategy": "insert_overwrite"}
     (project / "dbt_project.yml").write_text(yaml.safe_dump(config, sort_keys=False))
 
     result = dbtRunner().invoke(["--quiet", "--log-level", "none", "compile", "--select", "marts", "probe_mart", "probe_other",
