@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import json
 import uuid
+from dataclasses import replace
 from datetime import datetime
 
 import yaml
@@ -151,6 +152,8 @@ ITEM_COLUMNS = (Column("item_id", "int", 1), Column("item_name", "nvarchar(60)",
                 Column("qty", "smallint", 4), Column("launched", "date", 5), Column("updated", "datetime2(7)", 6),
                 Column("checked", "datetime", 7), Column("flag", "bit", 8), Column("blob", "varbinary(16)", 9))
 ITEMS = TableSpec("items", "dbo_items", ("item_id",), ITEM_COLUMNS, "debezium", ("ShopDb", "dbo", "items"))
+# the same table captured into a change table, for the landing writer
+ITEMS_CT = replace(ITEMS, channel="change_tables")
 DECLARED_COLUMNS = [{"name": c.name, "type": c.type, "ordinal": c.ordinal} for c in ITEM_COLUMNS]
 
 
@@ -206,9 +209,9 @@ def test_debezium_events_build_the_marts_change_tables_build(spark, tmp_path):
     batches[2] = replays[1] + batches[2]
     replayed_events = sum(1 for lines in replays for line in lines if not _is_tombstone(line))
 
-    landing_writer.write_captured_columns(pipeline.landing, [ITEMS])
+    landing_writer.write_captured_columns(pipeline.landing, [ITEMS_CT])
     for i, (lo, hi) in enumerate([(0, 50), (50, 100), (100, len(txs))]):
-        landing_writer.write_batch(pipeline.landing, f"b{i}", [ITEMS], txs[lo:hi], {"items": "csv"},
+        landing_writer.write_batch(pipeline.landing, f"b{i}", [ITEMS_CT], txs[lo:hi], {"items": "csv"},
                                    min_lsn={"dbo_items": txs[0].begin_lsn} if i == 0 else None)
         debezium_writer.write_lines(pipeline.landing / "debezium" / "server1.ShopDb.dbo.items" / f"b{i}.jsonl",
                                     batches[i])
