@@ -122,3 +122,17 @@ def test_declared_types_give_the_connectors_encodings(render):
         ("io.debezium.time.Time", 0, 2), ("io.debezium.time.NanoTime", 0, 7), ("io.debezium.time.MicroTime", 0, 7),
         ("bytes", 0, 7), ("hex", 0, 7), ("plain", 0, 7), ("plain", 0, 7),
     ]
+
+
+def test_invalid_value_reasons_carry_each_encodings_description_verbatim(render):
+    """Every description reaches the reason as written (quotes included: a SQL literal must not
+    swallow the apostrophe of two's-complement)."""
+    rows = render(
+        "{% set encodings = sqlserver_cdc._debezium_encodings() %}"
+        "select enc, {{ sqlserver_cdc.debezium_value_invalid_reason(\"'price'\", \"'12.5'\", 'enc') }} as reason"
+        " from values {% for name in encodings %}('{{ name }}'){{ ',' if not loop.last }}{% endfor %} as t(enc)")
+    descriptions = {r["enc"]: r["reason"] for r in rows}
+    assert descriptions[DECIMAL] == ('column price: value "12.5" is not a valid ' + DECIMAL
+                                     + " (base64 of the unscaled big-endian two's-complement integer)")
+    assert descriptions["hex"] == 'column price: value "12.5" is not a valid hex (hex bytes)'
+    assert len(descriptions) == 15

@@ -88,7 +88,7 @@
     concat('column ', {{ column_name }}, ': value "', {{ value }}, '" is not a valid ', {{ encoding }},
         case {{ encoding }}
             {%- for name, meaning in sqlserver_cdc._debezium_encodings().items() if plausible is none or name in plausible %}
-            when '{{ name }}' then ' ({{ meaning }})'
+            when '{{ name }}' then ' ({{ meaning | replace("'", "\\'") }})'
             {%- endfor %}
             else ''
         end)
@@ -97,7 +97,7 @@
 {#- What each encoding holds, for quarantine reasons. -#}
 {% macro _debezium_encodings() -%}
     {{ return({
-        'org.apache.kafka.connect.data.Decimal': "base64 of the unscaled big-endian two''s-complement integer",
+        'org.apache.kafka.connect.data.Decimal': "base64 of the unscaled big-endian two's-complement integer",
         'io.debezium.time.Date': 'days since 1970-01-01',
         'org.apache.kafka.connect.data.Date': 'days since 1970-01-01',
         'io.debezium.time.Timestamp': 'milliseconds since the epoch',
