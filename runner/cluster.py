@@ -44,6 +44,7 @@ SQL_CONF = {
     "spark.sql.sources.partitionOverwriteMode": "dynamic",
     "spark.sql.ansi.enabled": "false",
     "spark.sql.shuffle.partitions": "4",
+    "spark.sql.constraintPropagation.enabled": "false",
 }
 # Spark logs warnings and errors only (at INFO the Thrift server writes lines per statement)
 LOG4J2 = """rootLogger.level = warn
