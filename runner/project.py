@@ -38,11 +38,14 @@ STAGING_MACROS = {"change_tables": "stage_change_table", "ces": "stage_ces_table
 _NOT_COPIED = {".venv", ".state", "landing", "target", "logs", "tests", ".git", "bench"}
 
 
-def copy_project(source: Path, destination: Path, tables: dict[str, dict], replace: bool = False) -> Path:
+def copy_project(source: Path, destination: Path, tables: dict[str, dict], replace: bool = False,
+                 drop: tuple[str, ...] = ()) -> Path:
     """A copy of the project at `source` with `tables` declared (added to the declared ones, or
     instead of them with replace=True) and their thin model files written, exactly as README's
     "Declaring a tracked table" tells a user to do. With replace, the replaced tables' model files
-    and model YAML go; the caller documents the new models if it wants their tests."""
+    and model YAML go; the caller documents the new models if it wants their tests. `drop` names
+    declared tables to remove with their model files and model YAML entries, keeping the rest
+    documented and tested."""
     source = source.resolve()
 
     def ignore(folder: str, names: list[str]) -> list[str]:
@@ -60,6 +63,18 @@ def copy_project(source: Path, destination: Path, tables: dict[str, dict], repla
                     "models/staging/debezium/_debezium__models.yml", "models/marts/_marts__models.yml"):
             (destination / yml).unlink()
         declared.clear()
+    for name in drop:
+        table = declared.pop(name)
+        (destination / "models/staging" / table["channel"] / f"stg_{table['channel']}__{name}.sql").unlink()
+        shutil.rmtree(destination / "models/marts" / name)
+        dropped = {f"stg_{table['channel']}__{name}", f"{name}_current", f"{name}_history"}
+        for yml in (destination / "models").rglob("*.yml"):
+            properties = yaml.safe_load(yml.read_text())
+            models = properties.get("models") or []
+            kept = [m for m in models if m.get("name") not in dropped]
+            if len(kept) != len(models):
+                properties["models"] = kept
+                yml.write_text(yaml.safe_dump(properties, sort_keys=False, allow_unicode=True))
     declared.update(tables)
     (destination / "dbt_project.yml").write_text(yaml.safe_dump(config, sort_keys=False))
     for name, table in tables.items():

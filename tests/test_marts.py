@@ -161,12 +161,13 @@ def test_soft_deletes_and_explicit_delete_versions(spark, tmp_path):
 
     import yaml
 
-    from tests.conftest import PROJECT_DIR, Pipeline, copy_project
+    from tests.conftest import EVENT_TABLES, PROJECT_DIR, Pipeline, copy_project
     from tests.expected import transaction_versions
 
     declared = yaml.safe_load((PROJECT_DIR / "dbt_project.yml").read_text())["vars"]["cdc_tracked_tables"]
     options = {"soft_deletes": True, "history_delete_versions": True}
-    project = copy_project(tmp_path / "project", {"customers": {**declared["customers"], **options}})
+    project = copy_project(tmp_path / "project", {"customers": {**declared["customers"], **options}},
+                           drop=EVENT_TABLES)
     (tmp_path / "landing").mkdir()
     pipeline = Pipeline(spark, "t_" + uuid.uuid4().hex[:8], tmp_path / "landing", project_dir=project)
     sim = Simulator(TABLES, seed=61)
@@ -203,12 +204,13 @@ def test_history_on_chosen_columns_folds_other_updates_into_the_open_version(spa
 
     import yaml
 
-    from tests.conftest import PROJECT_DIR, Pipeline, copy_project
+    from tests.conftest import EVENT_TABLES, PROJECT_DIR, Pipeline, copy_project
     from tests.expected import history
 
     declared = yaml.safe_load((PROJECT_DIR / "dbt_project.yml").read_text())["vars"]["cdc_tracked_tables"]
     project = copy_project(tmp_path / "project", {
-        name: {**declared[name], "history_columns": columns} for name, columns in HISTORY_COLUMNS.items()})
+        name: {**declared[name], "history_columns": columns} for name, columns in HISTORY_COLUMNS.items()},
+        drop=EVENT_TABLES)
     (tmp_path / "landing").mkdir()
     pipeline = Pipeline(spark, "t_" + uuid.uuid4().hex[:8], tmp_path / "landing", project_dir=project)
     tracked = {name: [c.lower() for c in columns] for name, columns in HISTORY_COLUMNS.items()}
@@ -342,10 +344,11 @@ def test_a_run_that_removes_the_last_rows_of_a_bucket_empties_it(spark, tmp_path
 
     import yaml
 
-    from tests.conftest import PROJECT_DIR, Pipeline, copy_project
+    from tests.conftest import EVENT_TABLES, PROJECT_DIR, Pipeline, copy_project
 
     declared = yaml.safe_load((PROJECT_DIR / "dbt_project.yml").read_text())["vars"]["cdc_tracked_tables"]
-    project = copy_project(tmp_path / "project", {"customers": {**declared["customers"], "buckets": 1}})
+    project = copy_project(tmp_path / "project", {"customers": {**declared["customers"], "buckets": 1}},
+                           drop=EVENT_TABLES)
     (tmp_path / "landing").mkdir()
     pipeline = Pipeline(spark, "t_" + uuid.uuid4().hex[:8], tmp_path / "landing", project_dir=project)
     sim = Simulator(TABLES, seed=73)
