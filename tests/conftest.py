@@ -83,6 +83,19 @@ def pipeline(spark, tmp_path, change_tables_project):
     return Pipeline(spark, schema, landing, project_dir=change_tables_project)
 
 
+def same_rows(pipeline: Pipeline, left: str, right: str, columns: list[str]) -> int:
+    """Asserts two models hold the same rows over `columns` (duplicates counted; the first column
+    identifies a key in the message) and returns the row count."""
+    select = ", ".join(columns)
+    for a, b in ((left, right), (right, left)):
+        extra = pipeline.rows(f"select {select} from {{s}}.{a} except all select {select} from {{s}}.{b}")
+        if extra:
+            key = columns[0]
+            near = pipeline.rows(f"select {select} from {{s}}.{b} where {key} = {extra[0][key]!r}")
+            raise AssertionError(f"{a} has rows {b} lacks: {extra[:3]}; {b} has for that key: {near}")
+    return pipeline.rows(f"select count(*) as n from {{s}}.{left}")[0]["n"]
+
+
 def compile_sql(sql: str, vars: dict | None = None, project_dir: Path = PROJECT_DIR) -> str:
     """Compiles a Jinja SQL snippet in the project (its macros available) to plain Spark SQL."""
     from dbt.cli.main import dbtRunner

@@ -16,7 +16,7 @@ import yaml
 
 from runner import ces_writer, landing_writer
 from runner.simulate import Column, Simulator, TableSpec, lsn_hex
-from tests.conftest import FIXTURES, PROJECT_DIR, Pipeline, copy_project
+from tests.conftest import FIXTURES, PROJECT_DIR, Pipeline, copy_project, same_rows
 
 SAMPLES = FIXTURES / "reference" / "ces"
 DECLARED = yaml.safe_load((PROJECT_DIR / "dbt_project.yml").read_text())["vars"]["cdc_tracked_tables"]
@@ -123,16 +123,6 @@ def _declaration(**channel) -> dict:
             "columns": [{"name": c.name, "type": c.type, "ordinal": c.ordinal} for c in STAFF_COLUMNS]}
 
 
-def _same_rows(pipeline, left: str, right: str, columns: list[str]) -> int:
-    select = ", ".join(columns)
-    for a, b in ((left, right), (right, left)):
-        extra = pipeline.rows(f"select {select} from {{s}}.{a} except all select {select} from {{s}}.{b}")
-        if extra:
-            near = pipeline.rows(f"select {select} from {{s}}.{b} where staff_id = {extra[0]['staff_id']}")
-            raise AssertionError(f"{a} has rows {b} lacks: {extra[:3]}; {b} has for that key: {near}")
-    return pipeline.rows(f"select count(*) as n from {{s}}.{left}")[0]["n"]
-
-
 def test_ces_events_out_of_order_build_the_marts_change_tables_build(spark, tmp_path):
     pipeline = _pipeline(spark, tmp_path, {
         "staff_ct": _declaration(channel="change_tables", capture_instance="dbo_staff"),
@@ -178,12 +168,12 @@ def test_ces_events_out_of_order_build_the_marts_change_tables_build(spark, tmp_
     current = values + ["commit_lsn", "commit_time", "operation", "is_deleted"]
     history = values + ["valid_from_lsn", "valid_to_lsn", "valid_from", "valid_to", "is_current", "operation",
                         "is_deleted"]
-    assert _same_rows(pipeline, "staff_ct_current", "staff_ces_current", current) > 30
-    assert _same_rows(pipeline, "staff_ct_history", "staff_ces_history", history) > 100
+    assert same_rows(pipeline, "staff_ct_current", "staff_ces_current", current) > 30
+    assert same_rows(pipeline, "staff_ct_history", "staff_ces_history", history) > 100
     _check_changed_columns(pipeline, lsn_hex(txs[50].begin_lsn))
     pipeline.run(full_refresh=True)
-    _same_rows(pipeline, "staff_ct_history", "staff_ces_history", history)
-    _same_rows(pipeline, "staff_ct_current", "staff_ces_current", current)
+    same_rows(pipeline, "staff_ct_history", "staff_ces_history", history)
+    same_rows(pipeline, "staff_ct_current", "staff_ces_current", current)
     _check_changed_columns(pipeline, lsn_hex(txs[50].begin_lsn))
 
 

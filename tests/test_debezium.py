@@ -16,7 +16,7 @@ import yaml
 
 from runner import debezium_writer, landing_writer
 from runner.simulate import Column, Simulator, TableSpec, lsn_hex, replay
-from tests.conftest import FIXTURES, PROJECT_DIR, Pipeline, copy_project
+from tests.conftest import FIXTURES, PROJECT_DIR, Pipeline, copy_project, same_rows
 
 SAMPLES = FIXTURES / "reference" / "debezium"
 DECLARED = yaml.safe_load((PROJECT_DIR / "dbt_project.yml").read_text())["vars"]["cdc_tracked_tables"]
@@ -163,16 +163,6 @@ def _is_tombstone(line: str) -> bool:
     return value is None or ("partition" in value and value.get("value") is None)
 
 
-def _same_rows(pipeline, left: str, right: str, columns: list[str]) -> int:
-    select = ", ".join(columns)
-    for a, b in ((left, right), (right, left)):
-        extra = pipeline.rows(f"select {select} from {{s}}.{a} except all select {select} from {{s}}.{b}")
-        if extra:
-            near = pipeline.rows(f"select {select} from {{s}}.{b} where item_id = {extra[0]['item_id']}")
-            raise AssertionError(f"{a} has rows {b} lacks: {extra[:3]}; {b} has for that key: {near}")
-    return pipeline.rows(f"select count(*) as n from {{s}}.{left}")[0]["n"]
-
-
 def test_debezium_events_build_the_marts_change_tables_build(spark, tmp_path):
     pipeline = _pipeline(spark, tmp_path, {
         "items_ct": {"channel": "change_tables", "capture_instance": "dbo_items", "key": ["item_id"],
@@ -230,12 +220,12 @@ def test_debezium_events_build_the_marts_change_tables_build(spark, tmp_path):
     current = values + ["commit_lsn", "commit_time", "operation", "is_deleted"]
     history = values + ["valid_from_lsn", "valid_to_lsn", "valid_from", "valid_to", "is_current", "operation",
                         "is_deleted"]
-    assert _same_rows(pipeline, "items_ct_current", "items_dbz_current", current) > 20
-    assert _same_rows(pipeline, "items_ct_history", "items_dbz_history", history) > 100
+    assert same_rows(pipeline, "items_ct_current", "items_dbz_current", current) > 20
+    assert same_rows(pipeline, "items_ct_history", "items_dbz_history", history) > 100
     _check_changed_columns(pipeline)
     pipeline.run(full_refresh=True)
-    _same_rows(pipeline, "items_ct_current", "items_dbz_current", current)
-    _same_rows(pipeline, "items_ct_history", "items_dbz_history", history)
+    same_rows(pipeline, "items_ct_current", "items_dbz_current", current)
+    same_rows(pipeline, "items_ct_history", "items_dbz_history", history)
 
 
 def _check_changed_columns(pipeline) -> None:
