@@ -265,18 +265,23 @@ def _merge(stored: list[dict], source: list[dict], match: list[str], mart: str) 
     return list(rows.values())
 
 
-def test_merge_path_returns_the_rows_whose_merge_gives_the_marts(pipeline, tmp_path):
+def test_merge_path_returns_the_rows_whose_merge_gives_the_marts(spark, tmp_path):
     """Delta/Iceberg cannot run here (no jars), so the merge path is checked in its two halves:
     the marts compiled with incremental_strategy merge return rows which, merged into the stored
     marts by MERGE's rules, give the expected marts; and the MERGE statement parses in Spark."""
+    import uuid
+
     import yaml
     from dbt.cli.main import dbtRunner
 
     from runner import landing
     from runner.dbt import Dbt
-    from tests.conftest import PROJECT_DIR, compile_sql, copy_project
+    from tests.conftest import PROJECT_DIR, Pipeline, compile_sql, copy_project
     from tests.expected import current_state, history
 
+    # the whole demo: the CES and Debezium marts must exist for their incremental compile to refuse MERGE
+    (tmp_path / "landing").mkdir()
+    pipeline = Pipeline(spark, "t_" + uuid.uuid4().hex[:8], tmp_path / "landing")
     project = copy_project(tmp_path / "merge_project", {})
     config = yaml.safe_load((project / "dbt_project.yml").read_text())
     config["models"]["sqlserver_cdc"]["marts"].update({"+file_format": "delta", "+incremental_strategy": "merge"})
