@@ -88,7 +88,7 @@
     concat('column ', {{ column_name }}, ': value "', {{ value }}, '" is not a valid ', {{ encoding }},
         case {{ encoding }}
             {%- for name, meaning in sqlserver_cdc._debezium_encodings().items() if plausible is none or name in plausible %}
-            when '{{ name }}' then ' ({{ meaning | replace("'", "\\'") }})'
+            when '{{ name }}' then {{ sqlserver_cdc._sql_string(' (' ~ meaning ~ ')') }}
             {%- endfor %}
             else ''
         end)
