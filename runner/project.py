@@ -55,26 +55,17 @@ def copy_project(source: Path, destination: Path, tables: dict[str, dict], repla
     shutil.copytree(source, destination, ignore=ignore)
     config = yaml.safe_load((destination / "dbt_project.yml").read_text())
     declared = config["vars"]["cdc_tracked_tables"]
+    removed = {name: declared.pop(name) for name in (list(declared) if replace else drop)}
+    for name, table in removed.items():
+        (destination / "models/staging" / table["channel"] / f"stg_{table['channel']}__{name}.sql").unlink()
+        shutil.rmtree(destination / "models/marts" / name)
     if replace:
-        for name, table in declared.items():
-            (destination / "models/staging" / table["channel"] / f"stg_{table['channel']}__{name}.sql").unlink()
-            shutil.rmtree(destination / "models/marts" / name)
         for yml in ("models/staging/change_tables/_change_tables__models.yml", "models/staging/ces/_ces__models.yml",
                     "models/staging/debezium/_debezium__models.yml", "models/marts/_marts__models.yml"):
             (destination / yml).unlink()
-        declared.clear()
-    for name in drop:
-        table = declared.pop(name)
-        (destination / "models/staging" / table["channel"] / f"stg_{table['channel']}__{name}.sql").unlink()
-        shutil.rmtree(destination / "models/marts" / name)
-        dropped = {f"stg_{table['channel']}__{name}", f"{name}_current", f"{name}_history"}
-        for yml in (destination / "models").rglob("*.yml"):
-            properties = yaml.safe_load(yml.read_text())
-            models = properties.get("models") or []
-            kept = [m for m in models if m.get("name") not in dropped]
-            if len(kept) != len(models):
-                properties["models"] = kept
-                yml.write_text(yaml.safe_dump(properties, sort_keys=False, allow_unicode=True))
+    elif removed:
+        _drop_model_properties(destination, {model for name, table in removed.items() for model in (
+            f"stg_{table['channel']}__{name}", f"{name}_current", f"{name}_history")})
     declared.update(tables)
     (destination / "dbt_project.yml").write_text(yaml.safe_dump(config, sort_keys=False))
     for name, table in tables.items():
@@ -86,3 +77,14 @@ def copy_project(source: Path, destination: Path, tables: dict[str, dict], repla
         (destination / "models/marts" / name / f"{name}_history.sql").write_text(
             f"{{{{ sqlserver_cdc.history('{name}') }}}}\n")
     return destination
+
+
+def _drop_model_properties(destination: Path, models: set[str]) -> None:
+    """Removes the YAML entries (docs and data tests) of `models` from the copy's models folder."""
+    for yml in (destination / "models").rglob("*.yml"):
+        properties = yaml.safe_load(yml.read_text()) or {}
+        entries = properties.get("models") or []
+        kept = [m for m in entries if m.get("name") not in models]
+        if len(kept) != len(entries):
+            properties["models"] = kept
+            yml.write_text(yaml.safe_dump(properties, sort_keys=False, allow_unicode=True))
