@@ -10,9 +10,11 @@ target's Spark (embedded session or cluster), so the landing folder must be read
 the same absolute path.
 Every record becomes a map of lower-cased column names to text (binary as `0x` hex; nested JSON
 as its JSON text) plus the file it came from and the batch id; JSON lines also keep their text,
-so a line that is not a JSON object reaches quarantine as it was. A file already landed (same
-path relative to the landing folder) is never landed again, so re-running over the same files
-adds nothing twice.
+so a line that is not a JSON object reaches quarantine as it was. A file is identified by its
+path relative to the landing folder, its size and its modification time: one already landed is
+never landed again, so re-running over the same files adds nothing twice, and one whose path
+was landed with another size or time fails the run (exports are immutable). Each batch is one
+Delta commit, so a killed landing leaves every file landed whole or not at all.
 """
 
 from __future__ import annotations
@@ -70,10 +72,11 @@ def raw_table(raw_schema: str) -> str:
 def land(dbt, landing_dir: Path, raw_schema: str, batch_id: str) -> dict[tuple[str, str], int]:
     """Lands every new file through dbt (macro land_files, so the SQL runs wherever the target's
     Spark is: the embedded session or a cluster); returns the records landed per (kind, entity)."""
-    files = [
-        {"kind": f.kind, "entity": f.entity, "path": str(f.path.resolve()), "relative": f.relative, "format": f.fmt}
-        for f in discover(landing_dir)
-    ]
+    files = []
+    for f in discover(landing_dir):
+        stat = f.path.stat()
+        files.append({"kind": f.kind, "entity": f.entity, "path": str(f.path.resolve()), "relative": f.relative,
+                      "format": f.fmt, "size": stat.st_size, "modified_ms": stat.st_mtime_ns // 1_000_000})
     dbt.operation("sqlserver_cdc.land_files", {"files": files, "batch_id": batch_id, "raw_schema": raw_schema})
     rows = dbt.query(f"{{{{ sqlserver_cdc.landed_batch_counts('{batch_id}', '{raw_schema}') }}}}")
     return {(r["landing_kind"], r["entity"]): int(r["records"]) for r in rows}

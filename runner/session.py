@@ -9,6 +9,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from runner import jars
 from runner.errors import InfrastructureError
 from runner.profile import Target
 
@@ -40,6 +41,10 @@ def create_session(target: Target, project_dir: Path):
     builder = SparkSession.builder.appName("sqlserver_cdc").enableHiveSupport()
     for key, value in target.spark_conf.items():
         builder = builder.config(key, value)
+    # Delta's jars from the project's jar folder (fetched at set-up; the first session fetches
+    # them if set-up did not), named one by one: Spark's classpath expands a glob, its jar
+    # server (which ships jars to executors) does not
+    builder = builder.config("spark.jars", jars.jar_list(project_dir))
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     state_dir = Path(os.environ.get("SQLSERVER_CDC_STATE_DIR", ".state"))
     (state_dir if state_dir.is_absolute() else project_dir / state_dir).mkdir(parents=True, exist_ok=True)

@@ -5,13 +5,7 @@
     {{ return(ref('stg_' ~ t.channel ~ '__' ~ t.name)) }}
 {%- endmacro %}
 
-{#- The partition a key lives in: the marts are partitioned by it so an incremental run rewrites
-    only the partitions its changes touch (parquet has no MERGE). -#}
-{% macro _bucket(t, prefix='') -%}
-    pmod(xxhash64({% for k in t.key %}{{ prefix }}{{ k }}{{ ', ' if not loop.last }}{% endfor %}), {{ t.buckets }})
-{%- endmacro %}
-
-{#- True for channels whose events can arrive late and out of order (CES): a mart run then
+{#- True for channels whose events can arrive late and out of order (CES, Debezium): a mart run then
     recomputes every key touched by newly arrived events from all of that key's events, instead
     of applying an LSN window on top of the stored rows. -#}
 {% macro _recomputes_keys(t) -%}
@@ -187,27 +181,15 @@
     case {{ code }} when 1 then 'delete' when 2 then 'insert' when 4 then 'update' end
 {%- endmacro %}
 
-{#- True when this incremental run of a mart is applied with MERGE (incremental_strategy: merge,
-    on delta / iceberg / hudi): the model then returns only the rows to change, and
-    sqlserver_cdc.mart_merge_sql applies them, deletes included. -#}
-{% macro _mart_merges(t) -%}
-    {%- set merging = is_incremental() and config.get('incremental_strategy') == 'merge' -%}
-    {%- if merging and sqlserver_cdc._recomputes_keys(t) -%}
-        {{ exceptions.raise_compiler_error("tracked table '" ~ t.name ~ "' (channel " ~ t.channel ~ "): incremental_strategy merge is not supported for channels whose events arrive out of order (a late event rewrites a key's versions and can remove some); use insert_overwrite") }}
+{#- The marts are applied by MERGE (incremental_strategy merge on a table format with MERGE:
+    delta; iceberg and hudi untested): an incremental run returns only the rows to change and
+    mart_merge_sql applies them, deletes included, in one commit. Any other strategy is a compile
+    error naming the model and the fix (checked at execution: at parse time dbt has not yet
+    applied the project's configs). -#}
+{% macro _require_merge(t) -%}
+    {%- set strategy = config.get('incremental_strategy') -%}
+    {%- set file_format = config.get('file_format') -%}
+    {%- if execute and (strategy != 'merge' or file_format not in ('delta', 'iceberg', 'hudi')) -%}
+        {{ exceptions.raise_compiler_error("tracked table '" ~ t.name ~ "' (" ~ this.identifier ~ "): marts are applied by MERGE; configure incremental_strategy: merge and file_format: delta (got incremental_strategy " ~ strategy ~ ", file_format " ~ file_format ~ "; see README \"Storage: Delta Lake\")") }}
     {%- endif -%}
-    {{ return(merging) }}
-{%- endmacro %}
-
-{#- Rows that mark buckets a run emptied. Dynamic partition overwrite leaves a partition the
-    model returns no row for untouched, so a bucket whose last row the run removed would keep it:
-    one row with a NULL key per such bucket makes the overwrite replace it, and the post-hook
-    drop_emptied_buckets drops the partition. buckets: a query of the buckets the run touched. -#}
-{% macro _emptied_bucket_rows(t, out_columns, buckets) -%}
-    select
-        {%- for c in out_columns %}
-        {{ 'touched_buckets._bucket' if c == '_bucket' else 'null as ' ~ c }}{{ ',' if not loop.last }}
-        {%- endfor %}
-    from ({{ buckets }}) as touched_buckets
-    left anti join final
-        on final._bucket = touched_buckets._bucket
 {%- endmacro %}

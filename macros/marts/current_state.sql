@@ -2,13 +2,13 @@
     the commit LSN, commit time and operation of the change that produced it. Deleted keys
     disappear, or stay with is_deleted = true when the table declares soft_deletes: true.
     operation is the net operation of the last transaction that changed the key (so it does not
-    depend on how runs cut the change stream). Incremental: each key's latest transaction in the
-    window replaces the stored row in the partitions the window touches, only if it is not older,
-    so re-running a window changes nothing. Channels whose events arrive late (CES) rebuild each
-    key touched by newly arrived events from all its events instead, so a late event lands in
-    LSN order. With incremental_strategy merge (delta / iceberg) an
-    incremental run returns only the window's latest row per key, deleted keys included, and
-    mart_merge_sql deletes, updates (when not older) or inserts them. -#}
+    depend on how runs cut the change stream). Incremental (a Delta MERGE, one commit): a run
+    returns each key's latest transaction in its window, deleted keys included, and
+    mart_merge_sql deletes, updates (when not older than the stored row) or inserts it, so
+    re-running a window changes nothing. Channels whose events arrive late (CES, Debezium)
+    rebuild each key touched by newly arrived events from all its events instead, so a late event
+    lands in LSN order; a touched key whose events no longer net to any change returns a removal
+    row (operation NULL) that deletes its stored row. -#}
 {% macro current_state(table_name) -%}
     {{ return(adapter.dispatch('current_state', 'sqlserver_cdc')(table_name)) }}
 {%- endmacro %}
@@ -16,10 +16,10 @@
 {% macro default__current_state(table_name) -%}
 {%- set t = sqlserver_cdc.tracked_table(table_name) -%}
 {{ config(meta={'cdc_mart': 'current_state', 'cdc_table': table_name}) }}
+{%- do sqlserver_cdc._require_merge(t) -%}
 {%- set columns = t.columns | map(attribute='name') | list -%}
 {%- set non_key = sqlserver_cdc._non_key_columns(t) -%}
-{%- set out_columns = t.key + non_key + ['commit_lsn', 'commit_time', 'operation', 'is_deleted', '_bucket'] -%}
-{%- set merging = sqlserver_cdc._mart_merges(t) -%}
+{%- set out_columns = t.key + non_key + ['commit_lsn', 'commit_time', 'operation', 'is_deleted'] -%}
 {%- set window = sqlserver_cdc._mart_window(t) -%}
 {%- set recompute = sqlserver_cdc._recomputes_keys(t) -%}
 {%- if window and window.empty %}
@@ -46,7 +46,14 @@ transactions as (
         extra_columns=['commit_time']) }}
 ),
 
-applied as (
+ranked as (
+    select
+        *,
+        row_number() over (partition by {{ t.key | join(', ') }} order by commit_lsn desc) as _rank
+    from transactions
+),
+
+final as (
     select
         {%- for c in t.key + non_key %}
         {{ c }},
@@ -54,53 +61,26 @@ applied as (
         commit_lsn,
         commit_time,
         {{ sqlserver_cdc._operation_name('operation_code') }} as operation,
-        operation_code = 1 as is_deleted,
-        {{ sqlserver_cdc._bucket(t) }} as _bucket,
-        1 as _priority
-    from transactions
-),
-
-candidates as (
-    select * from applied
-    {%- if is_incremental() and not merging %}
-    union all
-    select {% for c in out_columns %}stored.{{ c }}, {% endfor %}0 as _priority
-    from {{ this }} as stored
-    {%- if recompute %}
-    -- a touched key is rebuilt from all its events: its stored row goes
-    left anti join touched
-        on {{ sqlserver_cdc._key_match(t, 'stored', 'touched') }}
-    where stored._bucket in (select distinct {{ sqlserver_cdc._bucket(t) }} from touched)
-    {%- else %}
-    where stored._bucket in (select distinct _bucket from applied)
-    {%- endif %}
-    {%- endif %}
-),
-
-ranked as (
-    select
-        *,
-        row_number() over (
-            partition by {{ t.key | join(', ') }} order by commit_lsn desc, _priority desc
-        ) as _rank
-    from candidates
-),
-
-final as (
-    select {{ out_columns | join(', ') }}
+        operation_code = 1 as is_deleted
     from ranked
     where _rank = 1
-    {%- if not t.soft_deletes and not merging %}
-        and not is_deleted
+    {%- if not is_incremental() and not t.soft_deletes %}
+        and operation_code != 1
     {%- endif %}
 )
 
 select * from final
-{%- if is_incremental() and not merging %}
+{%- if is_incremental() and recompute %}
 union all
-{{ sqlserver_cdc._emptied_bucket_rows(t, out_columns,
-    'select distinct ' ~ sqlserver_cdc._bucket(t) ~ ' as _bucket from touched' if recompute
-    else 'select distinct _bucket from applied') }}
+-- a touched key whose events no longer net to any change (an insert and its delete in one
+-- transaction, completed by a late event) loses its stored row
+select
+    {%- for c in out_columns %}
+    {{ 'touched.' ~ c if c in t.key else 'null as ' ~ c }}{{ ',' if not loop.last }}
+    {%- endfor %}
+from touched
+left anti join final
+    on {{ sqlserver_cdc._key_match(t, 'touched', 'final') }}
 {%- endif %}
 {%- endif %}
 {%- endmacro %}

@@ -3,15 +3,16 @@
     in one transaction leaves nothing), with valid_from_lsn / valid_to_lsn, valid_from / valid_to
     (commit times), is_current, operation and changed_columns (from the update mask). A delete
     closes the open version; history_delete_versions: true also keeps an explicit deleted version.
-    Incremental: new versions are merged with the stored versions of the same keys that are still
-    open after the watermark, and validity is recomputed for those keys only. Channels whose
-    events arrive late (CES) rebuild every version of each key touched by newly arrived events
-    from all its events instead, so a late event is placed in LSN order.
+    Incremental (a Delta MERGE, one commit): new versions are combined with the stored versions
+    of the same keys that are still open after the watermark, validity is recomputed for those
+    keys only, and mart_merge_sql upserts the result by key and valid_from_lsn. Channels whose
+    events arrive late (CES, Debezium) rebuild every version of each key touched by newly arrived
+    events from all its events instead, so a late event is placed in LSN order; a stored version
+    of a touched key that the rebuild no longer has comes back as a removal row (operation NULL)
+    that deletes it.
     history_columns (like "track history on"): an update whose mask touches none of those columns
     opens no version; it is folded into the open version, whose values become the latest values
-    (valid_from_lsn, operation and changed_columns stay those of the change that opened it).
-    With incremental_strategy merge (delta / iceberg) an incremental run returns only the
-    recomputed versions and mart_merge_sql upserts them by key and valid_from_lsn. -#}
+    (valid_from_lsn, operation and changed_columns stay those of the change that opened it). -#}
 {% macro history(table_name) -%}
     {{ return(adapter.dispatch('history', 'sqlserver_cdc')(table_name)) }}
 {%- endmacro %}
@@ -19,11 +20,11 @@
 {% macro default__history(table_name) -%}
 {%- set t = sqlserver_cdc.tracked_table(table_name) -%}
 {{ config(meta={'cdc_mart': 'history', 'cdc_table': table_name}) }}
+{%- do sqlserver_cdc._require_merge(t) -%}
 {%- set columns = t.columns | map(attribute='name') | list -%}
 {%- set non_key = sqlserver_cdc._non_key_columns(t) -%}
-{%- set version_columns = t.key + non_key + ['valid_from_lsn', 'valid_from', 'operation', 'changed_columns', 'is_deleted', '_bucket'] -%}
-{%- set out_columns = t.key + non_key + ['valid_from_lsn', 'valid_to_lsn', 'valid_from', 'valid_to', 'is_current', 'operation', 'changed_columns', 'is_deleted', '_bucket'] -%}
-{%- set merging = sqlserver_cdc._mart_merges(t) -%}
+{%- set version_columns = t.key + non_key + ['valid_from_lsn', 'valid_from', 'operation', 'changed_columns', 'is_deleted'] -%}
+{%- set out_columns = t.key + non_key + ['valid_from_lsn', 'valid_to_lsn', 'valid_from', 'valid_to', 'is_current', 'operation', 'changed_columns', 'is_deleted'] -%}
 {%- set window = sqlserver_cdc._mart_window(t) -%}
 {%- set recompute = sqlserver_cdc._recomputes_keys(t) -%}
 {%- if window and window.empty %}
@@ -64,9 +65,7 @@ new_versions as (
             else {{ sqlserver_cdc._changed_columns_of('update_mask', t.columns) }}
         end as changed_columns,
         operation_code = 1 as is_deleted,
-        {{ sqlserver_cdc._bucket(t) }} as _bucket,
-        1 as _priority,
-        true as _recompute
+        1 as _priority
     from transactions
 ),
 
@@ -77,24 +76,10 @@ batch_keys as (
 ),
 
 stored as (
-    select
-        {%- for c in version_columns %}
-        stored.{{ c }},
-        {%- endfor %}
-        stored.valid_to_lsn,
-        stored.valid_to,
-        stored.is_current,
-        0 as _priority,
-        batch_keys.{{ t.key[0] }} is not null
-            {%- if not recompute %}
-            and (stored.valid_to_lsn is null or stored.valid_to_lsn > bounds.lower_lsn)
-            {%- endif %}
-            as _recompute
+    select stored.*
     from {{ this }} as stored
-    cross join bounds
-    left join batch_keys
+    left semi join batch_keys
         on {{ sqlserver_cdc._key_match(t, 'stored', 'batch_keys') }}
-    where stored._bucket in (select distinct _bucket from {{ 'new_versions' if not recompute else '(select ' ~ sqlserver_cdc._bucket(t) ~ ' as _bucket from touched) as touched_buckets' }})
 ),
 
 {%- endif %}
@@ -103,7 +88,11 @@ recompute as (
     select {{ version_columns | join(', ') }}, _priority from new_versions
     {%- if is_incremental() and not recompute %}
     union all
-    select {{ version_columns | join(', ') }}, _priority from stored where _recompute
+    -- the stored versions the window can change: still open, or closed inside the window
+    select {% for c in version_columns %}stored.{{ c }}, {% endfor %}0 as _priority
+    from stored
+    cross join bounds
+    where stored.valid_to_lsn is null or stored.valid_to_lsn > bounds.lower_lsn
     {%- endif %}
 ),
 
@@ -159,8 +148,7 @@ versions as (
         min_by(valid_from, valid_from_lsn) as valid_from,
         min_by(operation, valid_from_lsn) as operation,
         min_by(changed_columns, valid_from_lsn) as changed_columns,
-        min_by(is_deleted, valid_from_lsn) as is_deleted,
-        min(_bucket) as _bucket
+        min_by(is_deleted, valid_from_lsn) as is_deleted
     from numbered
     group by {{ t.key | join(', ') }}, _version
 ),
@@ -182,8 +170,7 @@ recomputed as (
         valid_to_lsn is null and not is_deleted as is_current,
         operation,
         changed_columns,
-        is_deleted,
-        _bucket
+        is_deleted
     from validity
     {%- if not t.history_delete_versions %}
     where not is_deleted
@@ -192,18 +179,21 @@ recomputed as (
 
 final as (
     select {{ out_columns | join(', ') }} from recomputed
-    {%- if is_incremental() and not merging %}
+    {%- if is_incremental() and recompute %}
     union all
-    select {{ out_columns | join(', ') }} from stored where not _recompute
+    -- a stored version of a touched key that the rebuild no longer has (a late event moved or
+    -- removed it) is deleted by the MERGE
+    select
+        {%- for c in out_columns %}
+        {{ 'stored.' ~ c if c in t.key + ['valid_from_lsn'] else 'null as ' ~ c }}{{ ',' if not loop.last }}
+        {%- endfor %}
+    from stored
+    left anti join recomputed
+        on {{ sqlserver_cdc._key_match(t, 'stored', 'recomputed') }}
+        and stored.valid_from_lsn = recomputed.valid_from_lsn
     {%- endif %}
 )
 
 select * from final
-{%- if is_incremental() and not merging %}
-union all
-{{ sqlserver_cdc._emptied_bucket_rows(t, out_columns,
-    'select distinct ' ~ sqlserver_cdc._bucket(t) ~ ' as _bucket from touched' if recompute
-    else 'select distinct _bucket from new_versions') }}
-{%- endif %}
 {%- endif %}
 {%- endmacro %}

@@ -3,7 +3,7 @@
     source_database, source_schema, source_table (how CES and Debezium events are routed), topic
     (Debezium: route by the Kafka topic instead), debezium (the connector's encoding options,
     with defaults: flattened, decimal_handling_mode, time_precision_mode, binary_handling_mode),
-    key (list), columns (name, type, ordinal), buckets,
+    key (list), columns (name, type, ordinal),
     soft_deletes, history_delete_versions, history_columns (the columns whose changes open a new
     history version; none means every column). Fails with a message naming the table and the bad field. -#}
 {% macro tracked_table(table_name) -%}
@@ -39,6 +39,9 @@
             {{ exceptions.raise_compiler_error("tracked table '" ~ table_name ~ "': history_columns names '" ~ column ~ "', which is not among its columns (" ~ (names | join(', ')) ~ ")") }}
         {%- endfor -%}
     {%- endif -%}
+    {%- if 'buckets' in raw -%}
+        {{ exceptions.raise_compiler_error("tracked table '" ~ table_name ~ "': 'buckets' is no longer used (the marts are Delta tables applied by MERGE, not parquet partitions); remove it") }}
+    {%- endif -%}
     {%- set debezium = sqlserver_cdc._debezium_options(table_name, raw) -%}
     {{ return({
         'name': table_name,
@@ -51,7 +54,6 @@
         'debezium': debezium,
         'key': raw.key,
         'columns': raw.columns,
-        'buckets': raw.get('buckets', 8),
         'soft_deletes': raw.get('soft_deletes', false),
         'history_delete_versions': raw.get('history_delete_versions', false),
         'history_columns': history_columns,

@@ -20,5 +20,5 @@
         invocation_id string,
         recorded_at timestamp,
         watermark_batch string
-    ) using parquet
+    ) using delta
 {%- endmacro %}
