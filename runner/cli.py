@@ -14,6 +14,7 @@ from pathlib import Path
 from runner import landing, report
 from runner.dbt import Dbt
 from runner.errors import EXIT_OK, PipelineFailed, RunnerError
+from runner.lock import RunnerLock, describe_previous, lock_path
 from runner.profile import load_target
 from runner.project import tracked_tables
 from runner.session import create_file_writer_session, create_session
@@ -41,6 +42,9 @@ def _parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="generate demo landing data (if absent) and run the pipeline")
     common(demo)
+    for p in (run, demo):
+        p.add_argument("--wait", type=float, default=0, metavar="SECONDS",
+                       help="when another runner holds the warehouse, wait up to SECONDS for it (default: exit 2 at once)")
 
     gen = sub.add_parser("generate", help="write simulated landing data for the tracked tables")
     common(gen)
@@ -158,19 +162,24 @@ def main(argv: list[str] | None = None) -> int:
         target = load_target(args.project_dir, args.target)
         if args.command == "generate":
             return _generate(args, target, progress)
-        if args.command == "demo" and not (_landing_dir(args) / "change_tables").exists():
-            _generate(args, target, progress, transactions=400, batches=2, seed=7)
-        landing.discover(_landing_dir(args))  # a missing landing folder is a usage error: fail before Spark
-        if target.method == "session":
-            progress.step(f"starting Spark (target {target.name})")
-            create_session(target, args.project_dir)  # dbt-spark's session method reuses it
-        else:
-            progress.step(f"target {target.name}: sending SQL to Spark through dbt-spark method {target.method}")
-        run_pipeline(
-            args.project_dir, target, _landing_dir(args),
-            select=getattr(args, "select", []), full_refresh=getattr(args, "full_refresh", False),
-            upper_lsn=getattr(args, "upper_lsn", None), strict=getattr(args, "strict", False), progress=progress,
-        )
+        if args.command == "run":
+            landing.discover(_landing_dir(args))  # a missing landing folder is a usage error: fail before Spark
+        with RunnerLock(lock_path(target, args.project_dir), target.name).acquire(args.wait, progress) as held:
+            if describe_previous(held):
+                progress.step(describe_previous(held))
+            if args.command == "demo" and not (_landing_dir(args) / "change_tables").exists():
+                _generate(args, target, progress, transactions=400, batches=2, seed=7)
+            landing.discover(_landing_dir(args))
+            if target.method == "session":
+                progress.step(f"starting Spark (target {target.name})")
+                create_session(target, args.project_dir)  # dbt-spark's session method reuses it
+            else:
+                progress.step(f"target {target.name}: sending SQL to Spark through dbt-spark method {target.method}")
+            run_pipeline(
+                args.project_dir, target, _landing_dir(args),
+                select=getattr(args, "select", []), full_refresh=getattr(args, "full_refresh", False),
+                upper_lsn=getattr(args, "upper_lsn", None), strict=getattr(args, "strict", False), progress=progress,
+            )
         if args.command == "demo":
             progress.step("demo done: query the marts, e.g. `select * from cdc.customers_current`")
         progress.step("OK")

@@ -20,6 +20,7 @@ class Target:
     method: str
     schema: str
     spark_conf: dict[str, str] = field(default_factory=dict)
+    address: str = ""  # host:port of a server target (thrift, http); empty for session
 
     @property
     def raw_schema(self) -> str:
@@ -62,4 +63,6 @@ def load_target(profiles_dir: Path, target: str | None) -> Target:
         raise UsageError(f"target '{name}' is not in profiles.yml (known: {', '.join(outputs)})")
     output = _render(outputs[name])
     conf = {str(k): str(v) for k, v in (output.get("server_side_parameters") or {}).items()}
-    return Target(name=name, method=output.get("method", ""), schema=output["schema"], spark_conf=conf)
+    address = f"{output.get('host', '')}:{output.get('port', '')}" if output.get("method") != "session" else ""
+    return Target(name=name, method=output.get("method", ""), schema=output["schema"], spark_conf=conf,
+                  address=address)

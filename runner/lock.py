@@ -1,0 +1,122 @@
+"""One runner at a time per warehouse: an exclusive lock on a file, held for the whole run.
+
+The lock is the operating system's (`flock`): it is released when the holding process ends, however
+it ends, so a lock left by a killed run is never stale; the file also records who holds it (host,
+pid, start time, target), which a second runner prints when it refuses to start. A runner that
+acquires a file still naming a holder knows that holder died without releasing it and says so.
+
+Where the lock lives: for an embedded (`session`) target, in its state folder beside the metastore
+and warehouse; for a server target (`thrift`, `http`), in the project's `.state/locks/`, one file per
+server address and schema, so it excludes runners on this machine only (README "One runner at a
+time").
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import socket
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from runner.errors import RunnerError
+
+
+class WarehouseBusy(RunnerError):
+    """Another runner holds the warehouse (exit 2: nothing was decided about the data)."""
+
+
+def lock_path(target, project_dir: Path) -> Path:
+    state = Path(os.environ.get("SQLSERVER_CDC_STATE_DIR", ".state"))
+    state = state if state.is_absolute() else project_dir / state
+    if target.method == "session":
+        return state / "runner.lock"
+    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in f"{target.address}-{target.schema}")
+    return project_dir / ".state" / "locks" / f"{target.name}-{safe}.lock"
+
+
+class RunnerLock:
+    def __init__(self, path: Path, target_name: str):
+        self.path = path
+        self.target_name = target_name
+        self._fd: int | None = None
+        self.previous: dict | None = None  # the holder recorded by a run that died holding it
+
+    def acquire(self, wait_seconds: float = 0, progress=None) -> RunnerLock:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        deadline = time.monotonic() + wait_seconds
+        said = False
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                holder = _describe(_read(fd))
+                if time.monotonic() >= deadline:
+                    os.close(fd)
+                    waited = f" after waiting {wait_seconds:g} s" if wait_seconds else ""
+                    raise WarehouseBusy(
+                        f"another runner holds this warehouse{waited}: {holder} (lock {self.path}); "
+                        "wait for it to finish, or pass --wait SECONDS") from None
+                if progress is not None and not said:
+                    progress.step(f"waiting up to {wait_seconds:g} s for the runner holding this warehouse: {holder}")
+                    said = True
+                time.sleep(min(1.0, max(0.05, deadline - time.monotonic())))
+        self._fd = fd
+        self.previous = _read(fd)
+        _write(fd, {"host": socket.gethostname(), "pid": os.getpid(),
+                    "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                    "target": self.target_name})
+        return self
+
+    def release(self) -> None:
+        if self._fd is None:
+            return
+        _write(self._fd, None)  # an empty file: released cleanly
+        fcntl.flock(self._fd, fcntl.LOCK_UN)
+        os.close(self._fd)
+        self._fd = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *_) -> None:
+        self.release()
+
+
+def describe_previous(lock: RunnerLock) -> str | None:
+    """A line about the holder a killed run left in the lock file, if any."""
+    if not lock.previous:
+        return None
+    return f"took over the lock of a runner that ended without releasing it ({_describe(lock.previous)})"
+
+
+def _read(fd: int) -> dict | None:
+    os.lseek(fd, 0, os.SEEK_SET)
+    text = os.read(fd, 4096).decode("utf-8", "replace").strip()
+    if not text:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return {"unreadable": text[:200]}
+
+
+def _write(fd: int, holder: dict | None) -> None:
+    os.ftruncate(fd, 0)
+    os.lseek(fd, 0, os.SEEK_SET)
+    if holder is not None:
+        os.write(fd, (json.dumps(holder) + "\n").encode())
+    os.fsync(fd)
+
+
+def _describe(holder: dict | None) -> str:
+    if not holder:
+        return "a runner that has not recorded itself yet"
+    if "unreadable" in holder:
+        return f"unreadable holder record {holder['unreadable']!r}"
+    return (f"pid {holder.get('pid')} on host {holder.get('host')}, started {holder.get('started_at')}, "
+            f"target {holder.get('target')}")
