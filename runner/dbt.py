@@ -89,7 +89,8 @@ def _first_error_line(message: str | None) -> str:
 def _spark_reason(message: str) -> str:
     """What Spark says went wrong, from an error that wraps it (py4j for the embedded session, the
     Thrift response on a cluster): the innermost cause, else the line with Spark's error class."""
-    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    lines = [line.strip() for line in message.splitlines() if line.strip()
+             and not line.strip().startswith(("Compilation Error", "Runtime Error", "Database Error", "> in ", "> called by"))]
     causes = [line for line in lines if line.startswith("Caused by:")]
     if causes:
         return re.sub(r"^Caused by: [\w.$]+: ", "", causes[-1])[:300]

@@ -25,9 +25,14 @@ from runner.errors import InfrastructureError
 MARKER = ".resolved"
 
 
-def jars_dir(project_dir: Path) -> Path:
+RUNNER_HOME = Path(__file__).resolve().parent.parent  # the checkout the runner is installed from
+
+
+def jars_dir() -> Path:
+    """The jar folder: SQLSERVER_CDC_JARS_DIR, else .jars/ in the runner's checkout (whatever
+    dbt project a run builds)."""
     configured = Path(os.environ.get("SQLSERVER_CDC_JARS_DIR", ".jars"))
-    return configured if configured.is_absolute() else project_dir / configured
+    return configured if configured.is_absolute() else RUNNER_HOME / configured
 
 
 def delta_packages() -> str:
@@ -39,16 +44,16 @@ def delta_packages() -> str:
     return builder._options["spark.jars.packages"]
 
 
-def resolved(project_dir: Path) -> bool:
-    folder = jars_dir(project_dir)
+def resolved() -> bool:
+    folder = jars_dir()
     marker = folder / MARKER
     return marker.exists() and marker.read_text().strip() == delta_packages() and any(folder.glob("*.jar"))
 
 
-def ensure(project_dir: Path, quiet: bool = False) -> Path:
+def ensure(quiet: bool = False) -> Path:
     """Fetches Delta's jars into the jar folder unless they are there; returns the folder."""
-    folder = jars_dir(project_dir)
-    if resolved(project_dir):
+    folder = jars_dir()
+    if resolved():
         return folder
     packages = delta_packages()
     folder.mkdir(parents=True, exist_ok=True)
@@ -82,15 +87,14 @@ def ensure(project_dir: Path, quiet: bool = False) -> Path:
     return folder
 
 
-def jar_list(project_dir: Path) -> str:
+def jar_list() -> str:
     """spark.jars: every jar of the jar folder (fetched first if missing), comma-separated."""
-    return ",".join(str(j) for j in sorted(ensure(project_dir).glob("*.jar")))
+    return ",".join(str(j) for j in sorted(ensure().glob("*.jar")))
 
 
 def main() -> int:
-    project_dir = Path(__file__).resolve().parent.parent
     try:
-        ensure(project_dir)
+        ensure()
     except InfrastructureError as exc:
         print(f"FAILED: {exc}", file=sys.stderr)
         return 2

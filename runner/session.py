@@ -44,7 +44,7 @@ def create_session(target: Target, project_dir: Path):
     # Delta's jars from the project's jar folder (fetched at set-up; the first session fetches
     # them if set-up did not), named one by one: Spark's classpath expands a glob, its jar
     # server (which ships jars to executors) does not
-    builder = builder.config("spark.jars", jars.jar_list(project_dir))
+    builder = builder.config("spark.jars", jars.jar_list())
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     state_dir = Path(os.environ.get("SQLSERVER_CDC_STATE_DIR", ".state"))
     (state_dir if state_dir.is_absolute() else project_dir / state_dir).mkdir(parents=True, exist_ok=True)

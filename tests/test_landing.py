@@ -1,6 +1,8 @@
 """Landing in SQL (macro land_files through dbt run-operation, the one path for the embedded
 session and a cluster): every record lands as text exactly as the raw table's contract says,
-a file lands once, and a file Spark cannot read fails the batch with Spark's reason."""
+a file lands once (identified by path, size and modification time: a landed file that changed is
+refused), in one Delta commit per batch, and a file Spark cannot read fails the batch with Spark's
+reason."""
 
 from __future__ import annotations
 
@@ -51,8 +53,26 @@ def test_records_land_as_text_once_per_file(pipeline):
         {"landing_kind": "change_tables", "entity": "dbo_things", "_source_file": "change_tables/dbo_things/we[ir]d {it's}.csv",
          "row_values": {"id": "4", "note": None}, "raw_text": None},
     ]
-    # landed files are never landed again
+    # landed files are never landed again; the batch was one commit of the raw table
     assert landing.land(dbt, pipeline.landing, pipeline.target.raw_schema, "b2") == {}
+    appends = pipeline.rows("select operation from (describe history {s}_raw.landed_rows) where operation = 'WRITE'")
+    assert len(appends) == 1
+    identity = pipeline.rows("select distinct _source_file, _source_size, _source_modified_ms from {s}_raw.landed_rows"
+                             " where _source_file like '%.csv'")
+    csv = folder / "we[ir]d {it's}.csv"
+    assert identity == [{"_source_file": "change_tables/dbo_things/we[ir]d {it's}.csv", "_source_size": csv.stat().st_size,
+                         "_source_modified_ms": csv.stat().st_mtime_ns // 1_000_000}]
+
+    # a landed file that changed (size or time) is refused, naming it; nothing of the batch lands
+    (folder / "new.csv").write_text("Id\n9\n")
+    csv.write_text("Id,Note\n3,three\n4,four\n")
+    with pytest.raises(InfrastructureError, match=r"1 landed file\(s\) changed since they were landed: "
+                       r"change_tables/dbo_things/we\[ir\]d \{it's\}.csv \(landed: 19 bytes.*now: 23 bytes.*"
+                       r"Exports are immutable: land the corrected export under a new name"):
+        landing.land(dbt, pipeline.landing, pipeline.target.raw_schema, "b2b")
+    assert _landed(pipeline, "b2b") == []
+    (folder / "new.csv").unlink()
+    csv.unlink()
 
     # a file Spark cannot read fails the whole batch with Spark's reason; nothing of it lands
     (folder / "broken.parquet").write_text("not parquet")

@@ -1,16 +1,15 @@
 """Mart behaviour at the edges: batch boundaries inside a transaction's rows, empty and
-delete-only batches, re-inserts and key changes, gap detection, runs killed at any point,
-time travel."""
+delete-only batches, re-inserts and key changes, gap detection, time travel, the options, and
+the MERGE that applies a small batch with deletion vectors. (Runs killed at any instant:
+tests/test_faults.py.)"""
 
 from __future__ import annotations
 
 import copy
-import json
 
 import pytest
 
 from runner import landing_writer
-from runner.dbt import Dbt
 from runner.errors import PipelineFailed
 from runner.simulate import Simulator, lsn_hex
 from tests.test_pipeline import FORMATS, NAMES, TABLES, _check_marts, _land
@@ -88,54 +87,6 @@ def test_gap_stops_the_run_naming_table_range_and_remedy(pipeline):
     rows = pipeline.rows("select max_by(watermark_lsn, recorded_at) as w from {s}.cdc_watermarks "
                          "where model_name = 'customers_current'")
     assert rows == [{"w": lsn_hex(first[-1].commit_lsn)}]
-
-
-def test_a_run_killed_at_any_point_and_rerun_gives_the_same_marts(pipeline, monkeypatch):
-    sim = Simulator(TABLES, seed=53)
-    _land(pipeline, sim, sim.run(30), "b1", first=True)
-    pipeline.run()
-
-    # 1. killed after landing, before dbt ran
-    _land(pipeline, sim, sim.run(15), "b2")
-    monkeypatch.setattr(Dbt, "build", lambda self, select, full_refresh: (_ for _ in ()).throw(KeyboardInterrupt()))
-    with pytest.raises(KeyboardInterrupt):
-        pipeline.run()
-    monkeypatch.undo()
-    pipeline.run()
-    _check_marts(pipeline, sim, sim.transactions[-1].commit_lsn)
-
-    # 2. killed mid-build: one mart written (and its watermark advanced), the others not
-    _land(pipeline, sim, sim.run(15), "b3")
-    original = Dbt.build
-
-    def partial_build(self, select, full_refresh):
-        original(self, ["customers_current", "order_lines_history"], full_refresh)
-        raise KeyboardInterrupt()
-
-    monkeypatch.setattr(Dbt, "build", partial_build)
-    with pytest.raises(KeyboardInterrupt):
-        pipeline.run()
-    monkeypatch.undo()
-    pipeline.run()
-    _check_marts(pipeline, sim, sim.transactions[-1].commit_lsn)
-
-    # 3. killed after the marts were written, before the on-run-end hook recorded watermarks
-    _land(pipeline, sim, sim.run(15), "b4")
-    pipeline.run()
-    _forget_last_watermarks(pipeline)
-    pipeline.run()
-    _check_marts(pipeline, sim, sim.transactions[-1].commit_lsn)
-
-
-def _forget_last_watermarks(pipeline):
-    """Rewrites the (parquet, append-only) watermark table without its latest run's rows."""
-    table = f"{pipeline.schema}.cdc_watermarks"
-    kept = pipeline.spark.sql(
-        f"select * from {table} where invocation_id != (select max_by(invocation_id, recorded_at) from {table})"
-    ).collect()
-    pipeline.spark.sql(f"truncate table {table}")
-    if kept:
-        pipeline.spark.createDataFrame(kept, pipeline.spark.table(table).schema).write.insertInto(table)
 
 
 def test_as_of_returns_the_state_at_an_lsn_or_a_time(pipeline, render):
@@ -246,126 +197,67 @@ def test_history_columns_declaration_errors(columns, message):
         compile_sql("{{ sqlserver_cdc.tracked_table('customers') }}", vars={"cdc_tracked_tables": tables})
 
 
-def _merge(stored: list[dict], source: list[dict], match: list[str], mart: str) -> list[dict]:
-    """MERGE semantics of sqlserver_cdc.mart_merge_sql (defaults: no soft deletes), in Python."""
-    rows = {tuple(r[c] for c in match): r for r in stored}
-    for s in source:
-        key = tuple(s[c] for c in match)
-        d = rows.get(key)
-        if mart == "history":
-            rows[key] = s
-        elif d is None:
-            if not s["is_deleted"]:
-                rows[key] = s
-        elif s["commit_lsn"] >= d["commit_lsn"]:
-            if s["is_deleted"]:
-                del rows[key]
-            else:
-                rows[key] = s
-    return list(rows.values())
+def _mart_files(pipeline, model: str) -> int:
+    return pipeline.rows(f"describe detail {{s}}.{model}")[0]["numFiles"]
 
 
-def test_merge_path_returns_the_rows_whose_merge_gives_the_marts(spark, tmp_path):
-    """Delta/Iceberg cannot run here (no jars), so the merge path is checked in its two halves:
-    the marts compiled with incremental_strategy merge return rows which, merged into the stored
-    marts by MERGE's rules, give the expected marts; and the MERGE statement parses in Spark."""
-    import uuid
+def test_a_small_batch_merges_with_deletion_vectors_and_removes_no_data_file(pipeline):
+    """A mart of many files takes a batch touching a few keys as one MERGE that marks the
+    changed rows in deletion vectors and adds files for the new rows only."""
+    sim = Simulator(TABLES, seed=71)
+    pipeline.spark.conf.set("spark.sql.files.maxRecordsPerFile", "16")  # many small files
+    try:
+        _land(pipeline, sim, sim.run(80), "b1", first=True)
+        pipeline.run()
+    finally:
+        pipeline.spark.conf.unset("spark.sql.files.maxRecordsPerFile")
+    marts = [f"{t.name}_{m}" for t in TABLES for m in ("current", "history")]
+    before = {m: _mart_files(pipeline, m) for m in marts}
+    assert all(n >= 8 for n in before.values()), before
+    batch = [sim.transaction(statements=1, kinds=kinds) for kinds in (("update",), ("update",), ("delete",))]
+    _land(pipeline, sim, batch, "b2")
+    pipeline.run()
+    _check_marts(pipeline, sim, sim.transactions[-1].commit_lsn)
+    for model in marts:
+        properties = {r["key"]: r["value"] for r in pipeline.rows(f"show tblproperties {{s}}.{model}")}
+        assert properties.get("delta.enableDeletionVectors") == "true", model
+        last = pipeline.rows(f"describe history {{s}}.{model} limit 1")[0]
+        metrics = last["operationMetrics"]
+        assert last["operation"] == "MERGE", (model, last["operation"])
+        assert int(metrics["numTargetDeletionVectorsAdded"]) > 0, (model, metrics)
+        assert int(metrics["numTargetFilesRemoved"]) == 0, (model, metrics)
+        assert int(metrics["numTargetFilesAdded"]) <= 4, (model, metrics)
+        assert int(metrics["numTargetRowsCopied"]) == 0, (model, metrics)
 
+
+def test_marts_need_merge_and_refuse_buckets_and_the_merge_dispatch_is_for_marts_only(tmp_path):
     import yaml
     from dbt.cli.main import dbtRunner
 
-    from runner import landing
-    from runner.dbt import Dbt
-    from tests.conftest import PROJECT_DIR, Pipeline, compile_sql, copy_project
-    from tests.expected import current_state, history
+    from tests.conftest import EVENT_TABLES, PROJECT_DIR, compile_sql, copy_project
 
-    # the whole demo: the CES and Debezium marts must exist for their incremental compile to refuse MERGE
-    (tmp_path / "landing").mkdir()
-    pipeline = Pipeline(spark, "t_" + uuid.uuid4().hex[:8], tmp_path / "landing")
-    project = copy_project(tmp_path / "merge_project", {})
+    project = copy_project(tmp_path / "project", {}, drop=EVENT_TABLES)
     config = yaml.safe_load((project / "dbt_project.yml").read_text())
-    config["models"]["sqlserver_cdc"]["marts"].update({"+file_format": "delta", "+incremental_strategy": "merge"})
+    config["models"]["sqlserver_cdc"]["marts"].update(
+        {"+file_format": "parquet", "+incremental_strategy": "insert_overwrite"})
     (project / "dbt_project.yml").write_text(yaml.safe_dump(config, sort_keys=False))
     # dbt's get_merge_sql dispatches to the package's merge for the marts only
     probe = "{{{{ config(materialized='ephemeral'{}) }}}}{{{{ get_merge_sql('t', 's', 'customer_id', none, none) }}}}"
     (project / "models/probe_mart.sql").write_text(
         probe.format(", meta={'cdc_mart': 'current_state', 'cdc_table': 'customers'}"))
     (project / "models/probe_other.sql").write_text(probe.format(""))
-
-    sim = Simulator(TABLES, seed=71)
-    _land(pipeline, sim, sim.run(50), "b1", first=True)
-    pipeline.run()
-    _land(pipeline, sim, sim.run(20) + [sim.transaction(statements=2, kinds=("delete",)) for _ in range(4)], "b2")
-    landing.land(Dbt(PROJECT_DIR, "local"), pipeline.landing, pipeline.target.raw_schema, "b2")
-    vars_arg = ["--vars", json.dumps({"cdc_raw_schema": pipeline.target.raw_schema})]
-    # on an incremental run, CES marts refuse MERGE with a clear error (a late event can remove versions) ...
-    refused = dbtRunner().invoke(["--quiet", "--log-level", "none", "compile", "--select", "employees_history",
-                                  "--project-dir", str(project), "--profiles-dir", str(PROJECT_DIR), *vars_arg])
+    args = ["--quiet", "--log-level", "none", "compile", "--project-dir", str(project), "--profiles-dir", str(PROJECT_DIR)]
+    refused = dbtRunner().invoke([*args, "--select", "customers_current"])
     assert not refused.success
-    assert "incremental_strategy merge is not supported for channels whose events arrive out of order" in str(
+    assert "marts are applied by MERGE; configure incremental_strategy: merge and file_format: delta" in str(
         refused.exception)
-    # ... so they (and Debezium's) stay on insert_overwrite while the change-table marts merge
-    for event_table in ("employees", "products"):  # CES and Debezium
-        config["models"]["sqlserver_cdc"]["marts"][event_table] = {"+file_format": "parquet",
-                                                                   "+incremental_strategy": "insert_overwrite"}
-    (project / "dbt_project.yml").write_text(yaml.safe_dump(config, sort_keys=False))
-
-    result = dbtRunner().invoke(["--quiet", "--log-level", "none", "compile", "--select", "marts", "probe_mart", "probe_other",
-                                 "--project-dir", str(project), "--profiles-dir", str(PROJECT_DIR), *vars_arg])
-    assert result.success, result.exception.__context__ or result.exception
-    compiled = {r.node.name: r.node.compiled_code for r in result.result.results}
-    assert "then delete" in compiled["probe_mart"] and "commit_lsn >= dest.commit_lsn" in compiled["probe_mart"]
+    probes = dbtRunner().invoke([*args, "--select", "probe_mart", "probe_other"])
+    assert probes.success, probes.exception
+    compiled = {r.node.name: r.node.compiled_code for r in probes.result.results}
+    assert "when matched and src.operation is null then delete" in compiled["probe_mart"]
+    assert "commit_lsn >= dest.commit_lsn" in compiled["probe_mart"]
     assert "DBT_INTERNAL_SOURCE" in compiled["probe_other"] and "delete" not in compiled["probe_other"]
-    upper = sim.transactions[-1].commit_lsn
-    deletes_matched = 0
-    for spec in TABLES:
-        key = ", ".join(spec.key)
-        for mart, match, expected in (
-            ("current_state", list(spec.key), current_state(spec, sim.transactions, upper)),
-            ("history", [*spec.key, "valid_from_lsn"], history(spec, sim.transactions, upper)),
-        ):
-            model = f"{spec.name}_{'current' if mart == 'current_state' else 'history'}"
-            assert "cdc_watermarks" in compiled[model]  # compiled as an incremental run
-            source = [r.asDict(recursive=True) for r in pipeline.spark.sql(compiled[model]).collect()]
-            stored = pipeline.table(model, key)
-            if mart == "current_state":
-                stored_keys = {tuple(r[c] for c in spec.key) for r in stored}
-                deletes_matched += sum(1 for r in source if r["is_deleted"] and tuple(r[c] for c in spec.key) in stored_keys)
-            merged = {tuple(r[c] for c in match): r for r in _merge(stored, source, match, mart)}
-            assert set(merged) == set(expected), f"{model}: merged keys differ"
-            for k, want in expected.items():
-                for column, value in want.items():
-                    assert merged[k][column] == value, f"{model} {k} {column}"
-            statement = compile_sql(f"{{{{ sqlserver_cdc.mart_merge_sql('{pipeline.schema}.{model}', 'src_view', "
-                                    f"'{spec.name}', '{mart}') }}}}")
-            pipeline.spark._jsparkSession.sessionState().sqlParser().parsePlan(statement)
-    assert deletes_matched > 0  # the delete clause was exercised
-
-
-def test_a_run_that_removes_the_last_rows_of_a_bucket_empties_it(spark, tmp_path):
-    """Dynamic partition overwrite skips partitions the model returns no row for: the marts mark
-    emptied buckets and the post-hook drops them, so deleted keys do not survive there."""
-    import uuid
-
-    import yaml
-
-    from tests.conftest import EVENT_TABLES, PROJECT_DIR, Pipeline, copy_project
-
-    declared = yaml.safe_load((PROJECT_DIR / "dbt_project.yml").read_text())["vars"]["cdc_tracked_tables"]
-    project = copy_project(tmp_path / "project", {"customers": {**declared["customers"], "buckets": 1}},
-                           drop=EVENT_TABLES)
-    (tmp_path / "landing").mkdir()
-    pipeline = Pipeline(spark, "t_" + uuid.uuid4().hex[:8], tmp_path / "landing", project_dir=project)
-    sim = Simulator(TABLES, seed=73)
-    _land(pipeline, sim, sim.run(20), "b1", first=True)
-    pipeline.run()
-    assert pipeline.rows("select count(*) as n from {s}.customers_current")[0]["n"] > 0
-    deletes = []
-    while sim.state["customers"] and len(deletes) < 200:
-        deletes.append(sim.transaction(statements=3, kinds=("delete",)))
-    assert not sim.state["customers"]
-    _land(pipeline, sim, deletes, "b2")
-    pipeline.run()
-    _check_marts(pipeline, sim, sim.transactions[-1].commit_lsn)
-    assert pipeline.rows("select count(*) as n from {s}.customers_current") == [{"n": 0}]
-    assert pipeline.rows("select count(*) as n from {s}.customers_history where customer_id is null") == [{"n": 0}]
+    tables = yaml.safe_load((PROJECT_DIR / "dbt_project.yml").read_text())["vars"]["cdc_tracked_tables"]
+    tables["customers"]["buckets"] = 8
+    with pytest.raises(AssertionError, match="'buckets' is no longer used"):
+        compile_sql("{{ sqlserver_cdc.tracked_table('customers') }}", vars={"cdc_tracked_tables": tables})

@@ -1,0 +1,207 @@
+"""Safety of real runner processes on one warehouse: runs killed (SIGKILL of the process tree)
+inside a landing append, inside a mart's MERGE and between the marts' commits and their
+watermarks, then re-run, give the marts of uninterrupted runs with every landed record exactly
+once; a reader during a run sees each mart before or after its commit, never in between; a
+second runner exits 2 naming the holder, or waits with --wait; a lock left by a killed run is
+taken over.
+
+The runners are `python -m runner run` processes with their own state folder (the embedded
+metastore admits one JVM); this test's session reads their Delta tables by path."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from runner.simulate import Simulator
+from tests.conftest import PROJECT_DIR
+from tests.expected import current_state, history
+from tests.test_pipeline import TABLES, _land
+
+TIMEOUT = 600
+
+
+class Warehouse:
+    """A runner's warehouse, read by path."""
+
+    def __init__(self, spark, state: Path, project: Path, landing: Path):
+        self.spark, self.state, self.project, self.landing = spark, state, project, landing
+        self.schema = "cdc"
+        # for _land(): it only needs the landing folder and a session to write parquet
+        self.pipeline = type("Landing", (), {"landing": landing, "spark": spark})()
+
+    def path(self, table: str) -> Path:
+        schema = self.schema + "_raw" if table == "landed_rows" else self.schema
+        return self.state / "warehouse" / f"{schema}.db" / table
+
+    def rows(self, table: str) -> list[dict]:
+        return [r.asDict(recursive=True) for r in self.spark.sql(f"select * from delta.`{self.path(table)}`").collect()]
+
+    def commits(self, table: str) -> int:
+        log = self.path(table) / "_delta_log"
+        return len(list(log.glob("*.json"))) if log.is_dir() else 0
+
+    def data_files(self, table: str) -> int:
+        root = self.path(table)
+        return sum(1 for p in root.rglob("*.parquet") if "_delta_log" not in p.parts) if root.is_dir() else 0
+
+    def start(self, *args: str) -> subprocess.Popen:
+        env = {**os.environ, "SQLSERVER_CDC_STATE_DIR": str(self.state), "SQLSERVER_CDC_SCHEMA": self.schema,
+               "SQLSERVER_CDC_DRIVER_MEMORY": "2g"}
+        return subprocess.Popen(
+            [sys.executable, "-m", "runner", "run", "--project-dir", str(self.project), "--landing", str(self.landing),
+             *args], cwd=PROJECT_DIR, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            start_new_session=True)
+
+    def run(self, *args: str) -> str:
+        proc = self.start(*args)
+        out, _ = proc.communicate(timeout=TIMEOUT)
+        assert proc.returncode == 0, out[-3000:]
+        return out
+
+    def kill_when(self, condition, what: str) -> str:
+        """Starts a run and SIGKILLs its process tree (Python and the JVM) as soon as condition()
+        holds; returns the run's output."""
+        proc = self.start()
+        deadline = time.monotonic() + TIMEOUT
+        while not condition():
+            assert proc.poll() is None, f"the run ended before {what}: {proc.stdout.read()[-3000:]}"
+            assert time.monotonic() < deadline, f"no {what} within {TIMEOUT} s"
+            time.sleep(0.02)
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate(timeout=60)
+        return out
+
+
+def _mart_state(wh: Warehouse, spec, mart: str) -> dict:
+    key = list(spec.key)
+    if mart == "current":
+        return {tuple(r[k] for k in key): (r["commit_lsn"], *[r[c.name] for c in spec.columns])
+                for r in wh.rows(f"{spec.name}_current")}
+    return {(*[r[k] for k in key], r["valid_from_lsn"]): (r["valid_to_lsn"], r["is_current"], *[r[c.name] for c in spec.columns])
+            for r in wh.rows(f"{spec.name}_history")}
+
+
+def _expected(spec, sim, upper, mart: str) -> dict:
+    if mart == "current":
+        return {k: (v["commit_lsn"], *[v[c.name] for c in spec.columns])
+                for k, v in current_state(spec, sim.transactions, upper).items()}
+    return {k: (v["valid_to_lsn"], v["is_current"], *[v[c.name] for c in spec.columns])
+            for k, v in history(spec, sim.transactions, upper).items()}
+
+
+def _check(wh: Warehouse, sim, upper, landed_records: int) -> None:
+    for spec in TABLES:
+        for mart in ("current", "history"):
+            assert _mart_state(wh, spec, mart) == _expected(spec, sim, upper, mart), f"{spec.name}_{mart}"
+    raw = wh.rows("landed_rows")
+    assert len(raw) == landed_records, "landed records lost or duplicated"
+    files = {}
+    for r in raw:
+        files.setdefault(r["_source_file"], set()).add(r["_batch_id"])
+    assert all(len(batches) == 1 for batches in files.values()), "a file landed in two batches"
+
+
+def _records(sim, transactions) -> int:
+    """Raw records the landing writer produces for transactions: change rows plus one mapping row
+    each (captured columns and change_tables exports are counted by the caller)."""
+    return sum(len(rows) for tx in transactions for rows in tx.changes.values()) + len(transactions)
+
+
+def test_killed_runs_rerun_to_the_same_marts_readers_see_whole_commits_one_runner_at_a_time(
+        spark, tmp_path, change_tables_project):
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    wh = Warehouse(spark, tmp_path / "state", change_tables_project, landing)
+    sim = Simulator(TABLES, seed=83)
+    first = sim.run(40)
+    _land(wh.pipeline, sim, first, "b1", first=True)
+    records = _records(sim, first) + sum(len(t.columns) for t in TABLES) + len(TABLES)
+    wh.run()
+    _check(wh, sim, first[-1].commit_lsn, records)
+
+    # 1. killed inside the landing append (its data files written, its commit not yet), then
+    #    re-run while this session reads the marts: each read sees the state before or after
+    before = sim.transactions[-1].commit_lsn
+    batch = sim.run(25)
+    _land(wh.pipeline, sim, batch, "b2")
+    records += _records(sim, batch)
+    files, commits = wh.data_files("landed_rows"), wh.commits("landed_rows")
+    out = wh.kill_when(lambda: wh.data_files("landed_rows") > files, "landing append")
+    assert "dbt build" not in out
+    inside = wh.commits("landed_rows") == commits
+    after = sim.transactions[-1].commit_lsn
+    states = {(spec.name, mart): (_expected(spec, sim, before, mart), _expected(spec, sim, after, mart))
+              for spec in TABLES for mart in ("current", "history")}
+    seen: list[str] = []
+    errors: list[str] = []
+    done = threading.Event()
+
+    def read_while_running():
+        while not done.is_set():
+            for (name, mart), (old, new) in states.items():
+                spec = next(t for t in TABLES if t.name == name)
+                got = _mart_state(wh, spec, mart)
+                if got == new:
+                    seen.append("after")
+                elif got == old:
+                    seen.append("before")
+                else:
+                    errors.append(f"{name}_{mart}: a read saw neither the state before the run nor after it")
+                    return
+
+    reader = threading.Thread(target=read_while_running)
+    reader.start()
+    try:
+        out = wh.run()
+    finally:
+        done.set()
+        reader.join()
+    assert not errors, errors
+    assert "before" in seen, "the reader never read during the run"
+    assert "took over the lock of a runner that ended without releasing it" in out
+    _check(wh, sim, after, records)
+
+    # 2. killed inside a mart's MERGE (data files written, commit not yet) and 3. after the
+    #    last mart committed, before the watermarks were recorded
+    kills = []
+    for what, table, grows in (("MERGE into customers_current", "customers_current", "data_files"),
+                               ("commit of order_lines_history", "order_lines_history", "commits")):
+        batch = sim.run(20) + [sim.transaction(statements=2, kinds=("delete",)) for _ in range(3)]
+        _land(wh.pipeline, sim, batch, f"b{len(kills) + 3}")
+        records += _records(sim, batch)
+        count = getattr(wh, grows)
+        baseline, committed = count(table), wh.commits(table)
+        wh.kill_when(lambda count=count, table=table, baseline=baseline: count(table) > baseline, what)
+        kills.append((what, wh.commits(table) == committed))
+        wh.run()
+        _check(wh, sim, sim.transactions[-1].commit_lsn, records)
+    print(f"killed inside the landing append before its commit: {inside}; "
+          + "; ".join(f"{what} killed before its commit: {before_commit}" for what, before_commit in kills))
+
+    # 4. two runners at once: the second exits 2 naming the holder; a third waits its turn
+    batch = sim.run(15)
+    _land(wh.pipeline, sim, batch, "b9")
+    records += _records(sim, batch)
+    holder = wh.start()
+    lock = tmp_path / "state" / "runner.lock"
+    deadline = time.monotonic() + 120
+    while not (lock.exists() and f'"pid": {holder.pid}' in lock.read_text()):
+        assert holder.poll() is None and time.monotonic() < deadline, "the first runner never took the lock"
+        time.sleep(0.05)
+    refused = wh.start()
+    out, _ = refused.communicate(timeout=120)
+    assert refused.returncode == 2, out
+    last = out.strip().splitlines()[-1]
+    assert "FAILED: another runner holds this warehouse" in last and f"pid {holder.pid} on host" in last, last
+    waiting = wh.start("--wait", str(TIMEOUT))
+    for proc in (holder, waiting):
+        out, _ = proc.communicate(timeout=TIMEOUT)
+        assert proc.returncode == 0, out[-3000:]
+    assert "waiting up to" in out and "nothing new landed" in out
+    _check(wh, sim, sim.transactions[-1].commit_lsn, records)
