@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from runner import jars
 from runner.errors import EXIT_OK, InfrastructureError, RunnerError, UsageError
 from runner.session import check_java
 
@@ -38,10 +39,13 @@ PORTS = {
     "SQLSERVER_CDC_WORKER2_UI_PORT": 17082,
 }
 # The Spark settings the marts rely on, as the local target has them (dbt-spark adds ANSI off):
-# the Thrift server's defaults for every session.
+# the Thrift server's defaults for every session. Delta's extension and catalog make every
+# table Delta-capable; its jars (spark.jars, set in _commands) reach the executors from the driver.
 SQL_CONF = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    "spark.databricks.delta.snapshotPartitions": "2",
     "spark.sql.session.timeZone": "UTC",
-    "spark.sql.sources.partitionOverwriteMode": "dynamic",
     "spark.sql.ansi.enabled": "false",
     "spark.sql.shuffle.partitions": "4",
     "spark.sql.constraintPropagation.enabled": "false",
@@ -159,6 +163,7 @@ def _commands(cluster: Cluster) -> dict[str, list[str]]:
         "spark.hadoop.javax.jdo.option.ConnectionURL":
             f"jdbc:derby:;databaseName={cluster.state_dir / 'metastore_db'};create=true",
         "spark.driver.extraJavaOptions": f"-Dderby.stream.error.file={cluster.state_dir / 'logs/derby.log'}",
+        "spark.jars": jars.jar_list(),  # Delta Lake's, from the project's jar folder
         **SQL_CONF,
     }
     thrift = [

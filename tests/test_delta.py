@@ -1,0 +1,73 @@
+"""Storage set-up: Delta's jars come from the project's jar folder only (no network after
+set-up), and the runner lock's rules (holder named, --wait, a killed holder's lock taken over)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from runner import jars
+from runner.lock import RunnerLock, WarehouseBusy, describe_previous
+from runner.profile import load_target
+from tests.conftest import PROJECT_DIR
+
+
+def test_sessions_load_delta_from_the_local_jar_folder_only(spark):
+    conf = spark.sparkContext.getConf()
+    listed = conf.get("spark.jars").split(",")
+    folder = jars.jars_dir()
+    assert listed and all(Path(j).parent == folder and Path(j).is_file() for j in listed), listed
+    assert any(Path(j).name.startswith("io.delta_delta-spark_") for j in listed)
+    assert conf.get("spark.jars.packages", None) is None and conf.get("spark.jars.repositories", None) is None
+    assert (folder / jars.MARKER).read_text().strip() == jars.delta_packages()
+    # the coordinates are Delta's own for this pyspark line
+    import pyspark
+
+    major_minor = ".".join(pyspark.__version__.split(".")[:2])
+    assert jars.delta_packages().startswith(f"io.delta:delta-spark_{major_minor}_2.13:")
+    assert spark.conf.get("spark.sql.extensions") == "io.delta.sql.DeltaSparkSessionExtension"
+    # plain dbt gets the same local jars from the profile
+    assert load_target(PROJECT_DIR, "local").spark_conf["spark.jars"].endswith(".jars/*.jar")
+
+
+def test_the_lock_names_its_holder_waits_and_takes_over_a_dead_holders_lock(tmp_path):
+    path = tmp_path / "runner.lock"
+    holder = RunnerLock(path, "local").acquire()
+    try:
+        with pytest.raises(WarehouseBusy, match=rf"another runner holds this warehouse: pid {os.getpid()} on host "
+                                                r".*, started .*, target local \(lock .*runner.lock\); wait for it"):
+            RunnerLock(path, "local").acquire()
+        with pytest.raises(WarehouseBusy, match="holds this warehouse after waiting 0.3 s"):
+            RunnerLock(path, "local").acquire(wait_seconds=0.3)
+    finally:
+        holder.release()
+    with RunnerLock(path, "local").acquire() as clean:
+        assert clean.previous is None  # released cleanly: nothing to take over
+    # a process killed while holding it leaves its record but not the lock
+    code = ("import os, sys; from pathlib import Path; from runner.lock import RunnerLock; "
+            f"RunnerLock(Path({str(path)!r}), 'local').acquire(); os._exit(9)")
+    assert subprocess.run([sys.executable, "-c", code], cwd=PROJECT_DIR, check=False).returncode == 9
+    dead = json.loads(path.read_text())
+    with RunnerLock(path, "local").acquire() as taken:
+        assert taken.previous["pid"] == dead["pid"]
+        assert describe_previous(taken).startswith(
+            f"took over the lock of a runner that ended without releasing it (pid {dead['pid']} on host")
+
+
+def test_a_second_runner_process_exits_2_naming_the_holder(tmp_path):
+    (tmp_path / "landing").mkdir()
+    state = tmp_path / "state"
+    with RunnerLock(state / "runner.lock", "local").acquire():
+        result = subprocess.run(
+            [sys.executable, "-m", "runner", "run", "--landing", str(tmp_path / "landing")], cwd=PROJECT_DIR,
+            env={**os.environ, "SQLSERVER_CDC_STATE_DIR": str(state)}, capture_output=True, text=True,
+            timeout=120, check=False)
+    assert result.returncode == 2, result.stdout + result.stderr
+    last = result.stdout.strip().splitlines()[-1]
+    assert f"FAILED: another runner holds this warehouse: pid {os.getpid()} on host" in last
+    assert "pass --wait SECONDS" in last
