@@ -163,7 +163,11 @@ def _commands(cluster: Cluster) -> dict[str, list[str]]:
         "spark.hadoop.javax.jdo.option.ConnectionURL":
             f"jdbc:derby:;databaseName={cluster.state_dir / 'metastore_db'};create=true",
         "spark.driver.extraJavaOptions": f"-Dderby.stream.error.file={cluster.state_dir / 'logs/derby.log'}",
-        "spark.jars": jars.jar_list(),  # Delta Lake's, from the project's jar folder
+        "spark.jars": jars.jar_list(),  # Delta Lake's, from the project's jar folder, for the executors
+        # ... and Delta's own on the Thrift server's classpath: its statement threads resolve
+        # classes through a loader that does not see spark.jars (ClassNotFoundException
+        # org.apache.spark.sql.delta.stats.DataFiltersBuilder otherwise)
+        "spark.driver.extraClassPath": jars.jar_list(only="io.delta_", separator=":"),
         **SQL_CONF,
     }
     thrift = [

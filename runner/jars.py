@@ -87,9 +87,10 @@ def ensure(quiet: bool = False) -> Path:
     return folder
 
 
-def jar_list() -> str:
-    """spark.jars: every jar of the jar folder (fetched first if missing), comma-separated."""
-    return ",".join(str(j) for j in sorted(ensure().glob("*.jar")))
+def jar_list(only: str = "", separator: str = ",") -> str:
+    """spark.jars: every jar of the jar folder (fetched first if missing), comma-separated; with
+    `only`, the jars whose file name starts with it (e.g. Delta's own, "io.delta_")."""
+    return separator.join(str(j) for j in sorted(ensure().glob(f"{only}*.jar")))
 
 
 def main() -> int:
