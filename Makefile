@@ -1,5 +1,6 @@
 # Two commands set everything up on a fresh machine with Java 17 and Python 3.10+:
-#   make demo   - create .venv, install, generate demo landing data, run the pipeline, print a summary
+#   make demo   - create .venv, install, fetch Delta Lake's jars into .jars/ (once, from Maven
+#                 Central), generate demo landing data, run the pipeline, print a summary
 #   make test   - create .venv, install, run linters, dbt docs generate and the whole test suite
 #                 (tests/test_cluster.py starts and stops its own local Spark cluster)
 PYTHON ?= python3
@@ -16,6 +17,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m runner.jars
 	touch $(STAMP)
 
 demo: check-java $(STAMP)
