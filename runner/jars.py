@@ -81,7 +81,7 @@ def ensure(quiet: bool = False) -> Path:
     shutil.rmtree(ivy, ignore_errors=True)  # the flat copy is what sessions load
     (folder / MARKER).write_text(packages + "\n")
     if not quiet:
-        size = sum(j.stat().st_size for j in fetched)
+        size = sum((folder / j.name).stat().st_size for j in fetched)
         print(f"fetched {packages} and its dependencies from Maven Central: {len(fetched)} jars, "
               f"{size / 2**20:.1f} MiB, in {folder}")
     return folder
