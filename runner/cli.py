@@ -42,7 +42,10 @@ def _parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="generate demo landing data (if absent) and run the pipeline")
     common(demo)
-    for p in (run, demo):
+    audit = sub.add_parser("audit", help="run every data test on whole tables (a normal run checks only its batch)")
+    common(audit)
+    audit.add_argument("--select", nargs="+", default=[], help="dbt selection of the tests' models (default: everything)")
+    for p in (run, demo, audit):
         p.add_argument("--wait", type=float, default=0, metavar="SECONDS",
                        help="when another runner holds the warehouse, wait up to SECONDS for it (default: exit 2 at once)")
 
@@ -100,7 +103,11 @@ def run_pipeline(project_dir: Path, target, landing_dir: Path, *, select: list[s
             raise PipelineFailed(f"--upper-lsn {upper_lsn} is not an LSN; give e.g. 0x0000002C00000300017C")
         uppers = {channel: rows[0]["upper_lsn"] for channel in bounds}
     upper_batches = {channel: r["upper_batch"] for channel, r in bounds.items() if r["upper_batch"]}
-    run_vars = {**base_vars, "cdc_run_id": batch_id, "cdc_upper_lsn": uppers, "cdc_upper_batch": upper_batches}
+    # an incremental run checks what it changed; a full refresh audits whole tables (README
+    # "Checks: batch and audit")
+    checks = "all" if full_refresh else "batch"
+    run_vars = {**base_vars, "cdc_run_id": batch_id, "cdc_upper_lsn": uppers, "cdc_upper_batch": upper_batches,
+                "cdc_checks": checks}
     channels = {t.channel for t in tracked_tables(project_dir)}
     for channel in sorted(channels):
         if uppers.get(channel):
@@ -112,7 +119,7 @@ def run_pipeline(project_dir: Path, target, landing_dir: Path, *, select: list[s
         progress.step("nothing new landed and every mart is at its upper bound: nothing to build")
         return []
     progress.step("dbt build" + (" --full-refresh" if full_refresh else ""))
-    failed = dbt.build(list(select), full_refresh)
+    failed = dbt.build(list(select), full_refresh, exclude=[] if full_refresh else ["tag:cdc_audit"])
     summary = dbt.query(f"{{{{ sqlserver_cdc.run_summary('{batch_id}', '{batch_id}') }}}}")
     quarantined = sum(int(r["quarantined"]) for r in summary)
     for channel in EVENT_CHANNELS:
@@ -169,12 +176,15 @@ def main(argv: list[str] | None = None) -> int:
                 progress.step(describe_previous(held))
             if args.command == "demo" and not (_landing_dir(args) / "change_tables").exists():
                 _generate(args, target, progress, transactions=400, batches=2, seed=7)
-            landing.discover(_landing_dir(args))
+            if args.command != "audit":
+                landing.discover(_landing_dir(args))
             if target.method == "session":
                 progress.step(f"starting Spark (target {target.name})")
                 create_session(target, args.project_dir)  # dbt-spark's session method reuses it
             else:
                 progress.step(f"target {target.name}: sending SQL to Spark through dbt-spark method {target.method}")
+            if args.command == "audit":
+                return _audit(args, target, progress)
             run_pipeline(
                 args.project_dir, target, _landing_dir(args),
                 select=getattr(args, "select", []), full_refresh=getattr(args, "full_refresh", False),
@@ -187,6 +197,19 @@ def main(argv: list[str] | None = None) -> int:
     except RunnerError as exc:
         progress.step(f"FAILED: {exc}")
         return exc.exit_code
+
+
+def _audit(args, target, progress) -> int:
+    """`dbt test` over whole tables (var cdc_checks all, tag cdc_audit included): the check a
+    normal run scopes to its batch, run on demand (README "Checks: batch and audit")."""
+    dbt = Dbt(args.project_dir, target.name, {"cdc_raw_schema": target.raw_schema, "cdc_checks": "all"})
+    progress.step("dbt test over whole tables (audit)")
+    failed = dbt.build(list(args.select), False, command="test")
+    if failed:
+        raise PipelineFailed(f"audit: {len(failed)} test(s) failed ({'; '.join(failed[:3])}); see the log above")
+    progress.step("audit passed: every data test holds on the whole tables")
+    progress.step("OK")
+    return EXIT_OK
 
 
 def _bench(args, progress) -> int:

@@ -1,4 +1,6 @@
-"""Invokes dbt in-process (dbtRunner), sequentially, on the SparkSession the runner created."""
+"""Invokes dbt in-process (dbtRunner), sequentially, on the SparkSession the runner created.
+The project is parsed once per Dbt object (its first invocation) and the manifest is reused by
+every later invocation, so a run pays dbt's parse once however many steps it takes."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ class Dbt:
     target: str
     vars: dict[str, object] = field(default_factory=dict)
     quiet: bool = False
+    manifest: object = None
 
     def _args(self, command: list[str]) -> list[str]:
         args = [
@@ -28,20 +31,35 @@ class Dbt:
             args += ["--vars", json.dumps(self.vars)]
         return args
 
+    def parse(self):
+        """Parses the project (once); later invocations reuse the manifest. Model SQL is rendered
+        when a node runs, with that invocation's --vars, so vars may change between invocations."""
+        if self.manifest is None:
+            from dbt.cli.main import dbtRunner
+
+            result = dbtRunner().invoke(["--quiet", "--log-level", "none", *self._args(["parse"])])
+            if not result.success or result.result is None:
+                raise InfrastructureError(f"dbt parse failed: {result.exception or 'see logs/dbt.log'}".splitlines()[0])
+            self.manifest = result.result
+        return self.manifest
+
     def invoke(self, command: list[str], quiet: bool | None = None, callbacks: list | None = None):
         from dbt.cli.main import dbtRunner
 
         flags = ["--quiet", "--log-level", "none"] if (self.quiet if quiet is None else quiet) else []
-        result = dbtRunner(callbacks=callbacks or []).invoke(flags + self._args(command))
+        runner = dbtRunner(manifest=self.parse(), callbacks=callbacks or [])
+        result = runner.invoke(flags + self._args(command))
         if result.exception is not None:
             raise InfrastructureError(f"dbt {command[0]} could not run: {result.exception}".splitlines()[0])
         return result
 
-    def build(self, select: list[str], full_refresh: bool) -> list[str]:
-        """Runs `dbt build`; returns the failed nodes (empty when everything passed)."""
-        command = ["build"]
+    def build(self, select: list[str], full_refresh: bool, exclude: list[str] = (), command: str = "build") -> list[str]:
+        """Runs `dbt build` (or `dbt test`); returns the failed nodes (empty when everything passed)."""
+        command = [command]
         if select:
             command += ["--select", *select]
+        if exclude:
+            command += ["--exclude", *exclude]
         if full_refresh:
             command.append("--full-refresh")
         result = self.invoke(command)
@@ -51,7 +69,7 @@ class Dbt:
             if str(r.status) in ("error", "fail")
         ]
         if not result.success and not failed:
-            failed = ["dbt build reported failure (see the log above)"]
+            failed = [f"dbt {command[0]} reported failure (see the log above)"]
         return failed
 
     def operation(self, macro: str, args: dict[str, object]) -> None:

@@ -86,7 +86,8 @@
 {%- endmacro %}
 
 {#- Changes a mart run processes. Change tables: trusted staged rows with
-    lower_lsn < commit_lsn <= upper_lsn. Key-recomputing channels: every trusted event up to
+    lower_lsn < commit_lsn <= upper_lsn, with their commit time from lsn_time_mapping (read for
+    the window's LSNs only). Key-recomputing channels: every trusted event up to
     upper_lsn of the touched keys, in LSN order, with the columns an event did not carry filled
     from the key's previous event (an insert starts afresh: what it does not carry is NULL). -#}
 {% macro _mart_changes(t, window=none) -%}
@@ -130,11 +131,21 @@
         )
     )
     {%- else %}
-    select staged.*
+    {%- set literal_window = window and not window.empty %}
+    select staged.*, commit_times.tran_end_time as commit_time
     from {{ sqlserver_cdc._staging_ref(t) }} as staged
     cross join bounds
+    left join (
+        select start_lsn, tran_end_time
+        from {{ ref('stg_cdc_metadata__lsn_time_mapping') }}
+        where quarantine_reason is null
+        {%- if literal_window %}
+            and start_lsn > '{{ window.lower }}' and start_lsn <= '{{ window.upper }}'
+        {%- endif %}
+    ) as commit_times
+        on staged.commit_lsn = commit_times.start_lsn
     where
-        {%- if window and not window.empty %}
+        {%- if literal_window %}
         staged.commit_lsn > '{{ window.lower }}'
         and staged.commit_lsn <= '{{ window.upper }}'
         and

@@ -1,5 +1,29 @@
 {#- Private helpers shared by the staging macros of every channel. -#}
 
+{#- Typed staging is an incremental Delta table appended once per landing batch (README "Typed
+    staging"): each landed record is decoded, typed and validated once, and later models read
+    the typed rows, never the raw maps again. -#}
+{% macro _staged_table_config() -%}
+    {{ config(materialized='incremental', incremental_strategy='append', file_format='delta',
+        on_schema_change='fail') }}
+{%- endmacro %}
+
+{#- The landed records a staging table takes in (where: the landing kind and entity): on an
+    incremental run only those of landing batches after the last batch it staged. That batch is
+    asked at execution and applied as a literal, so Delta skips the raw files of earlier batches
+    by their _batch_id statistics; a run killed after landing is taken in by the next one. A
+    first or full-refresh run takes every landed record. -#}
+{% macro _landed_since_last_batch(where) -%}
+    select * from {{ source('cdc_raw', 'landed_rows') }}
+    where {{ where }}
+    {%- if execute and is_incremental() %}
+        {%- set last = run_query('select max(_batch_id) from ' ~ this).columns[0].values()[0] %}
+        {%- if last is not none %}
+        and _batch_id > {{ sqlserver_cdc._sql_string(last) }}
+        {%- endif %}
+    {%- endif %}
+{%- endmacro %}
+
 {#- The declared columns cast to their Spark types from text_<column>. -#}
 {% macro _typed_columns(t) -%}
     {%- for c in t.columns %}

@@ -1,25 +1,22 @@
 {#- Staging for one tracked table fed by change tables: the landed rows of its capture instance,
-    typed, `__$` names renamed, operation decoded, commit time joined from lsn_time_mapping.
-    Every landed row comes out once; rows that cannot be trusted carry quarantine_reason (and
-    their landed record as JSON) and are left out downstream. Each value is decoded once (text,
-    then decoded, then validated CTEs) to keep Spark's plans small. -#}
+    typed, `__$` names renamed, operation decoded. An incremental Delta table appended per
+    landing batch: every landed row is decoded once and comes out once; rows that cannot be
+    trusted carry quarantine_reason (and their landed record as JSON) and are left out
+    downstream. The commit time is not joined here (a commit's lsn_time_mapping row may land in
+    a later batch): the marts join it for the rows of their window. Each value is decoded once
+    (text, then decoded, then validated CTEs) to keep Spark's plans small. -#}
 {% macro stage_change_table(table_name) -%}
     {{ return(adapter.dispatch('stage_change_table', 'sqlserver_cdc')(table_name)) }}
 {%- endmacro %}
 
 {% macro default__stage_change_table(table_name) -%}
 {%- set t = sqlserver_cdc.tracked_table(table_name) -%}
+{{ sqlserver_cdc._staged_table_config() }}
 with
 
 landed_rows as (
-    select * from {{ source('cdc_raw', 'landed_rows') }}
-    where landing_kind = 'change_tables' and lower(entity) = '{{ t.capture_instance | lower }}'
-),
-
-lsn_time_mapping as (
-    select start_lsn, tran_end_time
-    from {{ ref('stg_cdc_metadata__lsn_time_mapping') }}
-    where quarantine_reason is null
+    {{ sqlserver_cdc._landed_since_last_batch(
+        "landing_kind = 'change_tables' and lower(entity) = '" ~ t.capture_instance | lower ~ "'") }}
 ),
 
 texts as (
@@ -78,7 +75,6 @@ final as (
         validated.operation,
         {{ sqlserver_cdc.operation_number('validated.operation') }} as operation_code,
         validated.update_mask,
-        lsn_time_mapping.tran_end_time as commit_time,
         {%- for c in t.columns %}
         validated.{{ c.name }},
         {%- endfor %}
@@ -88,8 +84,6 @@ final as (
         validated._batch_id,
         validated._ingested_at
     from validated
-    left join lsn_time_mapping
-        on validated.commit_lsn = lsn_time_mapping.start_lsn
 )
 
 select * from final

@@ -1,10 +1,22 @@
 -- cdc.lsn_time_mapping: commit LSN to commit time. Exports overlap, so each commit LSN is kept
 -- once (latest landed); rows with a bad LSN or time are kept with their quarantine reason.
+-- An incremental Delta table: each landing batch's rows are decoded once and merged by commit
+-- LSN (a later export of a commit LSN replaces the stored row; a quarantined row never matches).
+{{ config(
+    materialized='incremental',
+    incremental_strategy='merge',
+    file_format='delta',
+    unique_key='start_lsn',
+    incremental_predicates=[
+        'DBT_INTERNAL_SOURCE.quarantine_reason is null and DBT_INTERNAL_DEST.quarantine_reason is null'
+    ],
+    on_schema_change='fail'
+) }}
+
 with
 
 landed_rows as (
-    select * from {{ source('cdc_raw', 'landed_rows') }}
-    where landing_kind = 'cdc_metadata' and entity = 'lsn_time_mapping'
+    {{ sqlserver_cdc._landed_since_last_batch("landing_kind = 'cdc_metadata' and entity = 'lsn_time_mapping'") }}
 ),
 
 decoded as (
