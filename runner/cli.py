@@ -13,15 +13,12 @@ from pathlib import Path
 
 from runner import landing, report
 from runner.dbt import Dbt
-from runner.errors import EXIT_OK, PipelineFailed, RunnerError
+from runner.errors import EXIT_OK, InfrastructureError, PipelineFailed, RunnerError
 from runner.lock import RunnerLock, describe_previous, lock_path
 from runner.profile import load_target
-from runner.project import tracked_tables
 from runner.session import create_file_writer_session, create_session
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
-# channels whose events arrive out of order: their marts rebuild the keys of newly landed batches
-EVENT_CHANNELS = ("ces", "debezium")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -85,52 +82,52 @@ def run_pipeline(project_dir: Path, target, landing_dir: Path, *, select: list[s
                  full_refresh: bool = False, upper_lsn: str | None = None, strict: bool = False,
                  progress=None) -> list[dict]:
     """Lands, builds and reports one run; returns the summary rows (one per tracked table).
-    Every step is SQL sent through dbt, so it runs on whatever Spark the target names (for a
-    session target, the caller has created the SparkSession first).
-    Raises PipelineFailed (also when strict and this batch quarantined rows)."""
+    Two dbt invocations on one parse of the project: `run-operation begin_run` lands the new
+    files, decides the window and writes the run ledger's row; `dbt build` applies it, and its
+    on-run-end hook closes the row (README "The run ledger"). Every step is SQL sent through dbt,
+    so it runs on whatever Spark the target names (for a session target, the caller has created
+    the SparkSession first). Raises PipelineFailed (also when strict and this run's batches
+    quarantined rows)."""
     progress = progress or report.Progress()
     batch_id = _batch_id()
-    base_vars = {"cdc_raw_schema": target.raw_schema}
-    dbt = Dbt(project_dir, target.name, dict(base_vars))
+    # constant across incremental runs, so one parse serves them (the window is in the ledger)
+    dbt = Dbt(project_dir, target.name, {"cdc_raw_schema": target.raw_schema, "cdc_runner": True,
+                                         "cdc_checks": "all" if full_refresh else "batch"})
     progress.step(f"landing new files from {landing_dir} (batch {batch_id})")
-    counts = landing.land(dbt, landing_dir, target.raw_schema, batch_id)
-    progress.step(f"landed {sum(counts.values())} records from {len(counts)} folders")
-    bounds = {r["channel"]: r for r in dbt.query("{{ sqlserver_cdc.landed_high_water_mark() }}")}
-    uppers = {channel: r["upper_lsn"] for channel, r in bounds.items() if r["upper_lsn"]}
-    if upper_lsn is not None:
-        rows = dbt.query("select {{ sqlserver_cdc.lsn_normalize(\"'" + upper_lsn.replace("'", "") + "'\") }} as upper_lsn")
-        if not rows or rows[0]["upper_lsn"] is None:
-            raise PipelineFailed(f"--upper-lsn {upper_lsn} is not an LSN; give e.g. 0x0000002C00000300017C")
-        uppers = {channel: rows[0]["upper_lsn"] for channel in bounds}
-    upper_batches = {channel: r["upper_batch"] for channel, r in bounds.items() if r["upper_batch"]}
-    # an incremental run checks what it changed; a full refresh audits whole tables (README
-    # "Checks: batch and audit")
-    checks = "all" if full_refresh else "batch"
-    run_vars = {**base_vars, "cdc_run_id": batch_id, "cdc_upper_lsn": uppers, "cdc_upper_batch": upper_batches,
-                "cdc_checks": checks}
-    channels = {t.channel for t in tracked_tables(project_dir)}
-    for channel in sorted(channels):
-        if uppers.get(channel):
-            progress.step(f"window ({channel}): changes up to LSN 0x{uppers[channel]} (one bound for its tables)")
+    begun = dbt.operation("sqlserver_cdc.begin_run", {
+        "files": landing.files_to_land(landing_dir), "batch_id": batch_id, "raw_schema": target.raw_schema,
+        "upper_lsn": upper_lsn, "force": bool(full_refresh or select), "full_refresh": full_refresh,
+    }).get("begin_run")
+    if begun is None:
+        raise InfrastructureError("begin_run reported nothing: is the project's sqlserver_cdc package current?")
+    landed = begun["landed"]
+    progress.step(f"landed {sum(landed.values())} records from {len(landed)} folders")
+    for channel in begun["channels"]:
+        if begun["upper_lsn"].get(channel):
+            progress.step(f"window ({channel}): changes up to LSN 0x{begun['upper_lsn'][channel]} (one bound for its tables)")
         else:
             progress.step(f"window ({channel}): nothing landed yet to apply")
-    dbt.vars = run_vars
-    if not full_refresh and not select and not counts and _marts_at(dbt, project_dir, uppers, upper_batches):
+    if begun["status"] == "nothing_to_do":
         progress.step("nothing new landed and every mart is at its upper bound: nothing to build")
         return []
     progress.step("dbt build" + (" --full-refresh" if full_refresh else ""))
-    failed = dbt.build(list(select), full_refresh, exclude=[] if full_refresh else ["tag:cdc_audit"])
-    summary = dbt.query(f"{{{{ sqlserver_cdc.run_summary('{batch_id}', '{batch_id}') }}}}")
+    reports: dict[str, object] = {}
+    # an incremental run checks what it changed; a full refresh audits whole tables (README
+    # "Checks: batch and audit")
+    failed = dbt.build(list(select), full_refresh, exclude=[] if full_refresh else ["tag:cdc_audit"], reports=reports)
+    finished = reports.get("finish_run")
+    if finished is None:
+        raise PipelineFailed(f"the build ended before its on-run-end hook closed run {batch_id} in the ledger"
+                             + (f" ({'; '.join(failed[:3])})" if failed else "") + ": fix the cause and re-run")
+    summary = finished.get("tables") or []
     quarantined = sum(int(r["quarantined"]) for r in summary)
-    for channel in EVENT_CHANNELS:
-        if channel in channels or any(kind == channel for kind, _ in counts):
-            stream = dbt.query(f"{{{{ sqlserver_cdc.stream_summary('{channel}', '{batch_id}') }}}}")[0]
-            progress.step(report.stream_line(channel, stream))
-            quarantined += int(stream["quarantined"])
+    for stream in finished.get("streams") or []:
+        progress.step(report.stream_line(stream["channel"], stream))
+        quarantined += int(stream["quarantined"])
     report.print_table(report.summary_table(summary))
     if quarantined:
-        progress.step(f"{quarantined} landed rows were quarantined in this batch: see the cdc_quarantine view "
-                      f"(where _batch_id = '{batch_id}')")
+        progress.step(f"{quarantined} landed rows were quarantined in this run's batches: see the cdc_quarantine view "
+                      f"(where _batch_id <= '{batch_id}')")
     if failed:
         raise PipelineFailed(
             f"{len(failed)} dbt node(s) failed ({'; '.join(failed[:3])}); watermarks of the affected marts were "
@@ -139,20 +136,6 @@ def run_pipeline(project_dir: Path, target, landing_dir: Path, *, select: list[s
     if strict and quarantined:
         raise PipelineFailed("rows were quarantined and --strict is set; inspect cdc_quarantine")
     return summary
-
-
-def _marts_at(dbt: Dbt, project_dir: Path, uppers: dict[str, str], upper_batches: dict[str, str]) -> bool:
-    """True when every tracked table's marts have reached their channel's upper bound (and, for
-    event channels, the last landed batch): a run would change nothing."""
-    reached = {r["model_name"]: r for r in dbt.query("{{ sqlserver_cdc.mart_watermarks() }}")}
-    for table in tracked_tables(project_dir):
-        for mart in (f"{table.name}_current", f"{table.name}_history"):
-            row = reached.get(mart)
-            if row is None or row["watermark_lsn"] != uppers.get(table.channel):
-                return False
-            if table.channel in EVENT_CHANNELS and row["watermark_batch"] != upper_batches.get(table.channel):
-                return False
-    return True
 
 
 def _landing_dir(args) -> Path:

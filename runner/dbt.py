@@ -5,11 +5,15 @@ every later invocation, so a run pays dbt's parse once however many steps it tak
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from runner.errors import InfrastructureError, PipelineFailed
+
+# the manifest of the last project parsed in this process (see Dbt.parse)
+_MANIFESTS: dict[tuple, object] = {}
 
 
 @dataclass
@@ -32,16 +36,31 @@ class Dbt:
         return args
 
     def parse(self):
-        """Parses the project (once); later invocations reuse the manifest. Model SQL is rendered
-        when a node runs, with that invocation's --vars, so vars may change between invocations."""
+        """The parsed project: parsed once per process for the same project files, target, vars
+        and environment, then reused by every invocation (dbt renders model SQL when a node runs,
+        so a reused manifest sees the database as it is then)."""
         if self.manifest is None:
-            from dbt.cli.main import dbtRunner
+            key = self._manifest_key()
+            if key not in _MANIFESTS:
+                from dbt.cli.main import dbtRunner
 
-            result = dbtRunner().invoke(["--quiet", "--log-level", "none", *self._args(["parse"])])
-            if not result.success or result.result is None:
-                raise InfrastructureError(f"dbt parse failed: {result.exception or 'see logs/dbt.log'}".splitlines()[0])
-            self.manifest = result.result
+                result = dbtRunner().invoke(["--quiet", "--log-level", "none", *self._args(["parse"])])
+                if not result.success or result.result is None:
+                    raise InfrastructureError(f"dbt parse failed: {result.exception or 'see logs/dbt.log'}".splitlines()[0])
+                _MANIFESTS.clear()
+                _MANIFESTS[key] = result.result
+            self.manifest = _MANIFESTS[key]
         return self.manifest
+
+    def _manifest_key(self) -> tuple:
+        """What a parsed manifest depends on: the project's files (path, size, modification time),
+        the target, the vars and the environment variables the profile reads."""
+        files = [self.project_dir / "dbt_project.yml", self.project_dir / "profiles.yml"]
+        for folder in ("models", "macros", "seeds", "tests/dbt"):
+            files += sorted((self.project_dir / folder).rglob("*"))
+        stats = tuple((str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files if f.is_file())
+        env = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(("SQLSERVER_CDC_", "DBT_"))))
+        return (str(self.project_dir), self.target, json.dumps(self.vars, sort_keys=True), env, stats)
 
     def invoke(self, command: list[str], quiet: bool | None = None, callbacks: list | None = None):
         from dbt.cli.main import dbtRunner
@@ -53,8 +72,10 @@ class Dbt:
             raise InfrastructureError(f"dbt {command[0]} could not run: {result.exception}".splitlines()[0])
         return result
 
-    def build(self, select: list[str], full_refresh: bool, exclude: list[str] = (), command: str = "build") -> list[str]:
-        """Runs `dbt build` (or `dbt test`); returns the failed nodes (empty when everything passed)."""
+    def build(self, select: list[str], full_refresh: bool, exclude: list[str] = (), command: str = "build",
+              reports: dict | None = None) -> list[str]:
+        """Runs `dbt build` (or `dbt test`); returns the failed nodes (empty when everything passed);
+        what its hooks reported is added to `reports`."""
         command = [command]
         if select:
             command += ["--select", *select]
@@ -62,7 +83,8 @@ class Dbt:
             command += ["--exclude", *exclude]
         if full_refresh:
             command.append("--full-refresh")
-        result = self.invoke(command)
+        found: dict[str, object] = {} if reports is None else reports
+        result = self.invoke(command, callbacks=[lambda event: _collect_report(event, found)])
         failed = [
             f"{r.node.resource_type} {r.node.name}: {r.status}" + _first_error_line(r.message)
             for r in (result.result or [])
@@ -72,18 +94,22 @@ class Dbt:
             failed = [f"dbt {command[0]} reported failure (see the log above)"]
         return failed
 
-    def operation(self, macro: str, args: dict[str, object]) -> None:
+    def operation(self, macro: str, args: dict[str, object]) -> dict[str, object]:
         """Runs a macro with `dbt run-operation` (its statements share one connection, so temporary
-        views live across them); raises InfrastructureError with the macro's error."""
+        views live across them); returns what it reported (see `reported`); raises
+        InfrastructureError with the macro's error."""
         errors: list[str] = []
+        reports: dict[str, object] = {}
 
         def on_event(event) -> None:
             if event.info.name in ("RunningOperationCaughtError", "RunningOperationUncaughtError"):
                 errors.append(event.data.exc)
+            _collect_report(event, reports)
 
         result = self.invoke(["run-operation", macro, "--args", json.dumps(args)], quiet=True, callbacks=[on_event])
         if not result.success:
             raise InfrastructureError(f"dbt run-operation {macro} failed - {_spark_reason(chr(10).join(errors))}")
+        return reports
 
     def query(self, sql: str) -> list[dict[str, object]]:
         """Runs one SELECT (Jinja allowed, macros of the project available) through `dbt show`."""
@@ -92,6 +118,19 @@ class Dbt:
             raise PipelineFailed(f"query failed: {sql.strip().splitlines()[0]}")
         table = result.result.results[0].agate_table
         return [dict(zip(table.column_names, row)) for row in table.rows]
+
+
+REPORT_PREFIX = "sqlserver_cdc."
+
+
+def _collect_report(event, reports: dict[str, object]) -> None:
+    """A macro reports to the runner by logging one line `sqlserver_cdc.<name> <json>`
+    (begin_run, finish_run); collected as reports[name]."""
+    if event.info.name == "JinjaLogInfo":
+        message = str(getattr(event.data, "msg", ""))
+        name, _, payload = message.partition(" ")
+        if name.startswith(REPORT_PREFIX) and payload.startswith("{"):
+            reports[name[len(REPORT_PREFIX):]] = json.loads(payload)
 
 
 def _first_error_line(message: str | None) -> str:

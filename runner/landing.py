@@ -69,14 +69,21 @@ def raw_table(raw_schema: str) -> str:
     return f"{raw_schema}.{RAW_TABLE}"
 
 
-def land(dbt, landing_dir: Path, raw_schema: str, batch_id: str) -> dict[tuple[str, str], int]:
-    """Lands every new file through dbt (macro land_files, so the SQL runs wherever the target's
-    Spark is: the embedded session or a cluster); returns the records landed per (kind, entity)."""
+def files_to_land(landing_dir: Path) -> list[dict[str, object]]:
+    """The landing folder's files as the macro land_files takes them (it skips those landed)."""
     files = []
     for f in discover(landing_dir):
         stat = f.path.stat()
         files.append({"kind": f.kind, "entity": f.entity, "path": str(f.path.resolve()), "relative": f.relative,
                       "format": f.fmt, "size": stat.st_size, "modified_ms": stat.st_mtime_ns // 1_000_000})
-    dbt.operation("sqlserver_cdc.land_files", {"files": files, "batch_id": batch_id, "raw_schema": raw_schema})
+    return files
+
+
+def land(dbt, landing_dir: Path, raw_schema: str, batch_id: str) -> dict[tuple[str, str], int]:
+    """Lands every new file through dbt (macro land_files, so the SQL runs wherever the target's
+    Spark is: the embedded session or a cluster); returns the records landed per (kind, entity).
+    A run lands through begin_run instead, which also writes the run ledger."""
+    dbt.operation("sqlserver_cdc.land_files", {"files": files_to_land(landing_dir), "batch_id": batch_id,
+                                               "raw_schema": raw_schema})
     rows = dbt.query(f"{{{{ sqlserver_cdc.landed_batch_counts('{batch_id}', '{raw_schema}') }}}}")
     return {(r["landing_kind"], r["entity"]): int(r["records"]) for r in rows}

@@ -1,10 +1,13 @@
-{#- Used by the runner after a build: one row per tracked table with the rows landed and
-    quarantined in this batch, the changes applied by this run (change tables: between the
-    current-state mart's previous and new watermark; CES: the events this run took in), the LSN
-    reached and (change tables) how far its commit time lags the capture high-water mark
-    (seconds), and the size of both marts. -#}
-{% macro run_summary(batch_id, run_id) -%}
-    {%- set mapping = ref('stg_cdc_metadata__lsn_time_mapping') -%}
+{#- Used by finish_run (the on-run-end hook of a runner's build): one row per tracked table with
+    the rows landed and quarantined in the batches this run took in (after since_batch, up to
+    run_batch: a batch whose run was killed counts in the run that finally applies it), the
+    changes applied by this run (change tables: between the current-state mart's previous and
+    new watermark; CES, Debezium: the events this run took in), the LSN reached and (change
+    tables) how far its commit time lags the capture high-water mark (seconds), and the size of
+    both marts. Relations are looked up in the graph (hooks have no ref). -#}
+{% macro run_summary(since_batch, run_batch, run_id) -%}
+    {%- set mapping = sqlserver_cdc._model_relation('stg_cdc_metadata__lsn_time_mapping') -%}
+    {%- set batches = "_batch_id > '" ~ since_batch ~ "' and _batch_id <= '" ~ run_batch ~ "'" -%}
     {%- set watermarks = sqlserver_cdc.watermark_relation() -%}
     {%- for name, table in var('cdc_tracked_tables', {}).items() %}
     select
@@ -19,8 +22,8 @@
         {%- else %}
         cast(null as bigint) as lag_seconds,
         {%- endif %}
-        (select count(*) from {{ ref(name ~ '_current') }}) as current_rows,
-        (select count(*) from {{ ref(name ~ '_history') }}) as history_versions
+        (select count(*) from {{ sqlserver_cdc._model_relation(name ~ '_current') }}) as current_rows,
+        (select count(*) from {{ sqlserver_cdc._model_relation(name ~ '_history') }}) as history_versions
     from (
         select
             before_lsn,
@@ -31,15 +34,15 @@
     cross join (
         select max(tran_end_time) as commit_time from {{ mapping }} where quarantine_reason is null
     ) as hwm
-    -- the batch's rows only: Spark prunes the raw files by _batch_id before decoding
+    -- the batches' rows only: Delta skips the staged files of other batches
     cross join (
         select count(*) as rows_landed, count_if(quarantine_reason is not null) as quarantined
-        from {{ ref('stg_' ~ table.channel ~ '__' ~ name) }}
-        where _batch_id = '{{ batch_id }}'
+        from {{ sqlserver_cdc._model_relation('stg_' ~ table.channel ~ '__' ~ name) }}
+        where {{ batches }}
     ) as landed
     cross join (
         select count(*) as changes_applied
-        from {{ ref('stg_' ~ table.channel ~ '__' ~ name) }} as s
+        from {{ sqlserver_cdc._model_relation('stg_' ~ table.channel ~ '__' ~ name) }} as s
         cross join ({{ sqlserver_cdc._summary_watermarks(watermarks, name, run_id) }}) as bounds
         {%- if table.channel == 'change_tables' %}
         where s.commit_lsn > bounds.before_lsn and s.commit_lsn <= bounds.after_lsn
@@ -68,27 +71,38 @@
     where model_name = '{{ name }}_current'
 {%- endmacro %}
 
-{#- Used by the runner after a build when an event channel (ces, debezium) has tables or landed
-    lines: lines landed in this batch, how many of them were duplicates (CES: redelivered
-    events and segments; Debezium: replayed events), split messages still waiting for segments
-    (CES), tombstones (Debezium), and lines quarantined (in this batch, and in all: an incomplete
-    CES message becomes an orphan batches after landing). -#}
-{% macro stream_summary(channel, batch_id) -%}
+{#- Used by finish_run for each declared event channel (ces, debezium): lines landed in the
+    batches this run took in (after since_batch, up to run_batch), how many of them were
+    duplicates (CES: redelivered events and segments; Debezium: replayed events), split messages
+    still waiting for segments (CES), tombstones (Debezium), and lines quarantined (in those
+    batches, and in all: an incomplete CES message becomes an orphan batches after landing). -#}
+{% macro stream_summary(channel, since_batch, run_batch) -%}
     {%- if channel not in ('ces', 'debezium') -%}
         {{ exceptions.raise_compiler_error("stream_summary: channel must be ces or debezium; got '" ~ channel ~ "'") }}
     {%- endif %}
+    {%- set batches = "_batch_id > '" ~ since_batch ~ "' and _batch_id <= '" ~ run_batch ~ "'" %}
     select
-        (select count(*) from {{ source('cdc_raw', 'landed_rows') }}
-            where landing_kind = '{{ channel }}' and _batch_id = '{{ batch_id }}') as lines_landed,
-        count_if(_batch_id = '{{ batch_id }}' and status = 'duplicate') as duplicates,
+        (select count(*) from {{ sqlserver_cdc._raw_landed_rows() }}
+            where landing_kind = '{{ channel }}' and {{ batches }}) as lines_landed,
+        count_if({{ batches }} and status = 'duplicate') as duplicates,
         {%- if channel == 'ces' %}
         count(distinct case when status = 'pending' then logicalid end) as pending_messages,
         0 as tombstones,
         {%- else %}
         0 as pending_messages,
-        count_if(_batch_id = '{{ batch_id }}' and status = 'tombstone') as tombstones,
+        count_if({{ batches }} and status = 'tombstone') as tombstones,
         {%- endif %}
-        count_if(_batch_id = '{{ batch_id }}' and status = 'quarantined') as quarantined,
+        count_if({{ batches }} and status = 'quarantined') as quarantined,
         count_if(status = 'quarantined') as quarantined_total
-    from {{ ref('stg_' ~ channel ~ '__events') }}
+    from {{ sqlserver_cdc._model_relation('stg_' ~ channel ~ '__events') }}
+{%- endmacro %}
+
+{#- A model's relation by name, from the graph (hooks have no ref). -#}
+{% macro _model_relation(name) -%}
+    {%- set node = graph.nodes.values() | selectattr('resource_type', 'equalto', 'model')
+        | selectattr('name', 'equalto', name) | first -%}
+    {%- if node is not defined or node is none -%}
+        {{ exceptions.raise_compiler_error("model " ~ name ~ " is not in the project") }}
+    {%- endif -%}
+    {{ return(node.relation_name) }}
 {%- endmacro %}

@@ -22,7 +22,7 @@
         rows.{{ c }},
         {%- endfor %}
         count_if({{ counted_where }}) as duplicates
-    from {{ model }} as rows
+    from (select * from {{ model }}) as rows
     left semi join candidates
         on {% for c in columns %}rows.{{ c }} <=> candidates.{{ c }}{{ ' and ' if not loop.last }}{% endfor %}
     group by {% for c in columns %}rows.{{ c }}{{ ', ' if not loop.last }}{% endfor %}

@@ -39,7 +39,9 @@
 {% macro _upper_lsn_for_hook(channel) -%}
     {%- set value = var('cdc_upper_lsn', none) -%}
     {%- if value is mapping -%}{%- set value = value.get(channel) -%}{%- endif -%}
-    {%- if value is not none -%}
+    {%- if var('cdc_runner', false) -%}
+    {{ sqlserver_cdc._ledger_bound('upper_lsn', channel) }}
+    {%- elif value is not none -%}
     '{{ value }}'
     {%- elif channel == 'change_tables' -%}
         {%- set mapping = graph.nodes.values() | selectattr('name', 'equalto', 'stg_cdc_metadata__lsn_time_mapping') | first -%}

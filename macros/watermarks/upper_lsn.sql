@@ -1,13 +1,16 @@
-{#- The run's upper LSN bound for a channel's tables. var cdc_upper_lsn (the runner passes one
-    bound per channel, fixed before models run) is either one LSN for every channel or a mapping
-    channel -> LSN. Without it: change tables use the capture high-water mark landed in
-    lsn_time_mapping; CES and Debezium the largest commit LSN landed (see _landed_upper_lsn). -#}
+{#- The run's upper LSN bound for a channel's tables. In a runner's build (var cdc_runner) the
+    bound its begin_run recorded in the run ledger. Otherwise var cdc_upper_lsn when set (one LSN
+    for every channel or a mapping channel -> LSN), else: change tables use the capture
+    high-water mark landed in lsn_time_mapping; CES and Debezium the largest commit LSN landed
+    (see _landed_upper_lsn). -#}
 {% macro upper_lsn(channel='change_tables') -%}
     {%- set value = var('cdc_upper_lsn', none) -%}
     {%- if value is mapping -%}
         {%- set value = value.get(channel) -%}
     {%- endif -%}
-    {%- if value is none -%}
+    {%- if var('cdc_runner', false) %}
+    {{ sqlserver_cdc._ledger_bound('upper_lsn', channel) }}
+    {%- elif value is none -%}
         {%- if channel == 'change_tables' %}
     -- depends_on: {{ ref('stg_cdc_metadata__lsn_time_mapping') }}
     {{ sqlserver_cdc.max_lsn() }}
@@ -38,15 +41,17 @@
     {%- endif %}
 {%- endmacro %}
 
-{#- The last landing batch a run of an event channel's marts takes in: var cdc_upper_batch (the
-    runner passes one per channel, or one for all), else the latest batch that landed events of
-    the channel. -#}
+{#- The last landing batch a run of an event channel's marts takes in: in a runner's build (var
+    cdc_runner) the one its begin_run recorded in the run ledger, else var cdc_upper_batch (one
+    per channel, or one for all), else the latest batch that landed events of the channel. -#}
 {% macro upper_batch(channel) -%}
     {%- set value = var('cdc_upper_batch', none) -%}
     {%- if value is mapping -%}
         {%- set value = value.get(channel) -%}
     {%- endif -%}
-    {%- if value is none -%}
+    {%- if var('cdc_runner', false) -%}
+    {{ sqlserver_cdc._ledger_bound('upper_batch', channel) }}
+    {%- elif value is none -%}
     (select max(_batch_id) from {{ sqlserver_cdc._raw_landed_rows() }} where landing_kind = '{{ channel }}')
     {%- else -%}
     '{{ value | replace("'", "") }}'

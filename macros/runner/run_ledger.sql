@@ -1,0 +1,202 @@
+{#- The run ledger (README "The run ledger"): one row per runner run in <target schema>.cdc_runs
+    (var cdc_ledger_table), a Delta table. begin_run writes the row before the build with the
+    window the run applies; the models and hooks of that build read the window from it (var
+    cdc_runner, which the runner sets); finish_run (on-run-end) closes it with the outcome and
+    the per-table counts. status: running (begun, not finished), succeeded, failed,
+    nothing_to_do (nothing landed and every mart at its bound: no build), abandoned (a run that
+    never finished, e.g. killed; its landed batches are taken in and counted by the next run). -#}
+{% macro ledger_relation() -%}
+    {{ return(api.Relation.create(
+        database=none,
+        schema=target.schema,
+        identifier=var('cdc_ledger_table', 'cdc_runs'),
+        type='table')) }}
+{%- endmacro %}
+
+{% macro _ledger_ddl(relation) -%}
+    create table if not exists {{ relation }} (
+        run_id string,
+        started_at timestamp,
+        ended_at timestamp,
+        status string,
+        full_refresh boolean,
+        since_run_id string,
+        landed map<string, bigint>,
+        landed_lsn map<string, string>,
+        upper_lsn map<string, string>,
+        upper_batch map<string, string>,
+        tables array<struct<tracked_table: string, rows_landed: bigint, quarantined: bigint,
+            changes_applied: bigint, lsn_reached: string, advanced: boolean, lag_seconds: bigint,
+            current_rows: bigint, history_versions: bigint>>,
+        streams array<struct<channel: string, lines_landed: bigint, duplicates: bigint,
+            pending_messages: bigint, tombstones: bigint, quarantined: bigint, quarantined_total: bigint>>,
+        failed_nodes array<string>
+    ) using delta
+{%- endmacro %}
+
+{#- The channels of the declared tracked tables, sorted. -#}
+{% macro _declared_channels() -%}
+    {%- set channels = [] -%}
+    {%- for name, table in var('cdc_tracked_tables', {}).items() -%}
+        {%- set channel = table.get('channel', 'change_tables') -%}
+        {%- if channel not in channels -%}{%- do channels.append(channel) -%}{%- endif -%}
+    {%- endfor -%}
+    {{ return(channels | sort) }}
+{%- endmacro %}
+
+{% macro _json_map(value) -%}
+    {{ return(fromjson(value) if value else {}) }}
+{%- endmacro %}
+
+{% macro _sql_map(values, value_type) -%}
+    {%- if values -%}
+    map({% for k, v in values.items() | sort %}{{ sqlserver_cdc._sql_string(k) }}, {{ 'cast(' ~ v ~ ' as bigint)' if value_type == 'bigint' else sqlserver_cdc._sql_string(v) }}{{ ', ' if not loop.last }}{% endfor %})
+    {%- else -%}
+    cast(map() as map<string, {{ value_type }}>)
+    {%- endif -%}
+{%- endmacro %}
+
+{#- Used by the runner (dbt run-operation), the first of a run's two dbt invocations: lands the
+    new files (land_files), decides the run's window once and writes the ledger row. Per channel
+    the landed high-water mark is the previous run's, raised by the batches landed since (read
+    by _batch_id, so only those are decoded): change tables the largest landed
+    lsn_time_mapping.start_lsn, CES the largest logicalid LSN, Debezium the largest commit LSN;
+    upper_lsn (--upper-lsn, any LSN form) replaces it as every channel's bound. An event
+    channel's upper batch is the last landing batch holding its events. Without force (the
+    runner's --full-refresh or --select), a run that landed nothing and whose marts are all at
+    their bounds is recorded as nothing_to_do. Logs one line, `sqlserver_cdc.begin_run <json>`,
+    that the runner reads. -#}
+{% macro begin_run(files, batch_id, raw_schema=none, upper_lsn=none, force=false, full_refresh=false) -%}
+    {%- set ledger = sqlserver_cdc.ledger_relation() -%}
+    {%- set raw = (raw_schema or var('cdc_raw_schema', target.schema ~ '_raw')) ~ '.landed_rows' -%}
+    {% do run_query('create schema if not exists ' ~ ledger.schema) %}
+    {% do run_query(sqlserver_cdc._ledger_ddl(ledger)) %}
+    {% do run_query(sqlserver_cdc.ensure_watermark_table()) %}
+    {% do run_query("update " ~ ledger ~ " set status = 'abandoned', ended_at = current_timestamp() where status = 'running'") %}
+    {% do sqlserver_cdc.land_files(files, batch_id, raw_schema) %}
+    {%- set landed = {} -%}
+    {%- for row in run_query(sqlserver_cdc.landed_batch_counts(batch_id, raw_schema)) -%}
+        {%- do landed.update({row[0] ~ '/' ~ row[1]: row[2] | int}) -%}
+    {%- endfor -%}
+    {%- set previous = run_query("select max(run_id), max_by(to_json(landed_lsn), run_id), max_by(to_json(upper_batch), run_id),"
+        ~ " max(run_id) filter (where status in ('succeeded', 'failed', 'nothing_to_do'))"
+        ~ " from " ~ ledger ~ " where status != 'running'").rows[0] -%}
+    {%- set since = previous[0] or '' -%}
+    {%- set landed_lsn = sqlserver_cdc._json_map(previous[1]) -%}
+    {%- set upper_batch = sqlserver_cdc._json_map(previous[2]) -%}
+    {%- set marks = run_query(sqlserver_cdc.landed_high_water_mark(raw, since)) -%}
+    {%- for row in marks -%}
+        {%- if row[1] is not none and row[1] > landed_lsn.get(row[0], '') -%}
+            {%- do landed_lsn.update({row[0]: row[1]}) -%}
+        {%- endif -%}
+        {%- if row[2] is not none and row[2] > upper_batch.get(row[0], '') -%}
+            {%- do upper_batch.update({row[0]: row[2]}) -%}
+        {%- endif -%}
+    {%- endfor -%}
+    {%- set upper = {} -%}
+    {%- if upper_lsn is not none -%}
+        {%- set capped = run_query('select ' ~ sqlserver_cdc.lsn_normalize(sqlserver_cdc._sql_string(upper_lsn))).rows[0][0] -%}
+        {%- if capped is none -%}
+            {{ exceptions.raise_compiler_error("--upper-lsn " ~ upper_lsn ~ " is not an LSN; give e.g. 0x0000002C00000300017C") }}
+        {%- endif -%}
+        {%- for channel in ['change_tables', 'ces', 'debezium'] -%}{%- do upper.update({channel: capped}) -%}{%- endfor -%}
+    {%- else -%}
+        {%- do upper.update(landed_lsn) -%}
+    {%- endif -%}
+    {%- set status = 'running' -%}
+    {%- if not force and not landed and sqlserver_cdc._marts_at(upper, upper_batch) -%}
+        {%- set status = 'nothing_to_do' -%}
+    {%- endif -%}
+    {% do run_query('insert into ' ~ ledger ~ ' (run_id, started_at, ended_at, status, full_refresh, since_run_id, landed,'
+        ~ ' landed_lsn, upper_lsn, upper_batch) select ' ~ sqlserver_cdc._sql_string(batch_id) ~ ', current_timestamp(), '
+        ~ ('current_timestamp()' if status != 'running' else 'cast(null as timestamp)') ~ ", '" ~ status ~ "', "
+        ~ (full_refresh | string | lower) ~ ', ' ~ sqlserver_cdc._sql_string(previous[3] or '') ~ ', '
+        ~ sqlserver_cdc._sql_map(landed, 'bigint') ~ ', ' ~ sqlserver_cdc._sql_map(landed_lsn, 'string') ~ ', '
+        ~ sqlserver_cdc._sql_map(upper, 'string') ~ ', ' ~ sqlserver_cdc._sql_map(upper_batch, 'string')) %}
+    {%- set channels = sqlserver_cdc._declared_channels() -%}
+    {%- set payload = {'run_id': batch_id, 'status': status, 'landed': landed, 'upper_lsn': upper,
+        'upper_batch': upper_batch, 'channels': channels} -%}
+    {{ log('sqlserver_cdc.begin_run ' ~ tojson(payload), info=true) }}
+{%- endmacro %}
+
+{#- True when every tracked table's marts have reached their channel's upper bound (and, for
+    event channels, the last landed batch): a build would change nothing. -#}
+{% macro _marts_at(upper, upper_batch) -%}
+    {%- set reached = {} -%}
+    {%- for row in run_query(sqlserver_cdc.mart_watermarks()) -%}
+        {%- do reached.update({row[0]: [row[1], row[2]]}) -%}
+    {%- endfor -%}
+    {%- for name, table in var('cdc_tracked_tables', {}).items() -%}
+        {%- set channel = table.get('channel', 'change_tables') -%}
+        {%- for mart in [name ~ '_current', name ~ '_history'] -%}
+            {%- set row = reached.get(mart) -%}
+            {%- if row is none or row[0] != upper.get(channel) -%}{{ return(false) }}{%- endif -%}
+            {%- if channel != 'change_tables' and row[1] != upper_batch.get(channel) -%}{{ return(false) }}{%- endif -%}
+        {%- endfor -%}
+    {%- endfor -%}
+    {{ return(true) }}
+{%- endmacro %}
+
+{#- The ledger row of the run in progress, or none (no runner run: plain dbt). -#}
+{% macro running_run() -%}
+    {%- if not execute or not var('cdc_runner', false) -%}{{ return(none) }}{%- endif -%}
+    {%- set rows = run_query("select run_id, since_run_id from " ~ sqlserver_cdc.ledger_relation()
+        ~ " where status = 'running' order by run_id desc limit 1").rows -%}
+    {{ return({'run_id': rows[0][0], 'since_run_id': rows[0][1]} if rows else none) }}
+{%- endmacro %}
+
+{#- The window bound the running run recorded, as a scalar subquery (field: upper_lsn or
+    upper_batch). -#}
+{% macro _ledger_bound(field, channel) -%}
+    (select max_by({{ field }}['{{ channel }}'], run_id) from {{ sqlserver_cdc.ledger_relation() }} where status = 'running')
+{%- endmacro %}
+
+{#- on-run-end hook, after advance_watermarks, in a runner's build (var cdc_runner): closes the
+    running ledger row with its status (failed when a model or test failed or errored), the
+    failed nodes, the per-table summary (run_summary) and, per declared event channel, the
+    stream summary; logs `sqlserver_cdc.finish_run <json>` for the runner to print. -#}
+{% macro finish_run(results) -%}
+    {%- set run = sqlserver_cdc.running_run() -%}
+    {%- if run is none -%}
+    select 1
+    {%- else -%}
+        {%- set ledger = sqlserver_cdc.ledger_relation() -%}
+        {%- set failed = [] -%}
+        {%- for r in results if r.status in ('error', 'fail') -%}
+            {%- do failed.append(r.node.resource_type ~ ' ' ~ r.node.name ~ ': ' ~ r.status) -%}
+        {%- endfor -%}
+        {%- set quoted = [] -%}
+        {%- for name in failed -%}{%- do quoted.append(sqlserver_cdc._sql_string(name)) -%}{%- endfor -%}
+        {%- set streams = [] -%}
+        {%- for channel in sqlserver_cdc._declared_channels() if channel in ('ces', 'debezium') -%}
+            {%- do streams.append("select '" ~ channel ~ "' as channel, * from (" ~ sqlserver_cdc.stream_summary(channel, run.since_run_id, run.run_id) ~ ")") -%}
+        {%- endfor -%}
+        {%- set summary -%}
+            select
+                '{{ run.run_id }}' as run_id,
+                (select collect_list(struct(tracked_table, cast(rows_landed as bigint) as rows_landed,
+                    cast(quarantined as bigint) as quarantined, cast(changes_applied as bigint) as changes_applied,
+                    lsn_reached, advanced, lag_seconds, cast(current_rows as bigint) as current_rows,
+                    cast(history_versions as bigint) as history_versions))
+                    from ({{ sqlserver_cdc.run_summary(run.since_run_id, run.run_id, invocation_id) }})) as tables,
+                {%- if streams %}
+                (select collect_list(struct(channel, cast(lines_landed as bigint) as lines_landed,
+                    cast(duplicates as bigint) as duplicates, cast(pending_messages as bigint) as pending_messages,
+                    cast(tombstones as bigint) as tombstones, cast(quarantined as bigint) as quarantined,
+                    cast(quarantined_total as bigint) as quarantined_total))
+                    from ({{ streams | join(' union all ') }})) as streams
+                {%- else %}
+                cast(array() as array<struct<channel: string, lines_landed: bigint, duplicates: bigint,
+                    pending_messages: bigint, tombstones: bigint, quarantined: bigint, quarantined_total: bigint>>) as streams
+                {%- endif %}
+        {%- endset -%}
+        {% do run_query('merge into ' ~ ledger ~ ' as l using (' ~ summary ~ ') as s on l.run_id = s.run_id'
+            ~ " when matched then update set l.status = '" ~ ('failed' if failed else 'succeeded') ~ "',"
+            ~ ' l.ended_at = current_timestamp(), l.tables = s.tables, l.streams = s.streams,'
+            ~ ' l.failed_nodes = cast(array(' ~ quoted | join(', ') ~ ') as array<string>)') %}
+        {%- set row = run_query("select to_json(named_struct('status', status, 'tables', tables, 'streams', streams,"
+            ~ " 'failed_nodes', failed_nodes)) from " ~ ledger ~ " where run_id = '" ~ run.run_id ~ "'").rows[0][0] -%}
+        {{ log('sqlserver_cdc.finish_run ' ~ row, info=true) }}
+    select 1
+    {%- endif -%}
+{%- endmacro %}
