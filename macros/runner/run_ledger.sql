@@ -140,9 +140,9 @@
 {#- The ledger row of the run in progress, or none (no runner run: plain dbt). -#}
 {% macro running_run() -%}
     {%- if not execute or not var('cdc_runner', false) -%}{{ return(none) }}{%- endif -%}
-    {%- set rows = run_query("select run_id, since_run_id from " ~ sqlserver_cdc.ledger_relation()
+    {%- set rows = run_query("select run_id, since_run_id, landed_lsn['change_tables'] from " ~ sqlserver_cdc.ledger_relation()
         ~ " where status = 'running' order by run_id desc limit 1").rows -%}
-    {{ return({'run_id': rows[0][0], 'since_run_id': rows[0][1]} if rows else none) }}
+    {{ return({'run_id': rows[0][0], 'since_run_id': rows[0][1], 'capture_lsn': rows[0][2]} if rows else none) }}
 {%- endmacro %}
 
 {#- The window bound the running run recorded, as a scalar subquery (field: upper_lsn or
@@ -178,7 +178,7 @@
                     cast(quarantined as bigint) as quarantined, cast(changes_applied as bigint) as changes_applied,
                     lsn_reached, advanced, lag_seconds, cast(current_rows as bigint) as current_rows,
                     cast(history_versions as bigint) as history_versions))
-                    from ({{ sqlserver_cdc.run_summary(run.since_run_id, run.run_id, invocation_id) }})) as tables,
+                    from ({{ sqlserver_cdc.run_summary(run.since_run_id, run.run_id, invocation_id, run.capture_lsn) }})) as tables,
                 {%- if streams %}
                 (select collect_list(struct(channel, cast(lines_landed as bigint) as lines_landed,
                     cast(duplicates as bigint) as duplicates, cast(pending_messages as bigint) as pending_messages,

@@ -5,70 +5,73 @@
     new watermark; CES, Debezium: the events this run took in), the LSN reached and (change
     tables) how far its commit time lags the capture high-water mark (seconds), and the size of
     both marts. Relations are looked up in the graph (hooks have no ref). -#}
-{% macro run_summary(since_batch, run_batch, run_id) -%}
+{% macro run_summary(since_batch, run_batch, run_id, capture_lsn=none) -%}
     {%- set mapping = sqlserver_cdc._model_relation('stg_cdc_metadata__lsn_time_mapping') -%}
     {%- set batches = "_batch_id > '" ~ since_batch ~ "' and _batch_id <= '" ~ run_batch ~ "'" -%}
     {%- set watermarks = sqlserver_cdc.watermark_relation() -%}
+    {#- each mart's watermarks as literals, so Delta skips the staged files outside them -#}
+    {%- set marks = {} -%}
+    {%- if execute -%}
+        {%- for row in run_query(sqlserver_cdc._summary_watermarks(watermarks, run_id)) -%}
+            {%- do marks.update({row[0]: row}) -%}
+        {%- endfor -%}
+    {%- endif -%}
     {%- for name, table in var('cdc_tracked_tables', {}).items() %}
+    {%- set m = marks.get(name ~ '_current') or [none, '', none, '', none] %}
+    {%- set before_lsn, after_lsn, before_batch, after_batch = m[1] or '', m[2], m[3] or '', m[4] %}
     select
         '{{ name }}' as tracked_table,
         landed.rows_landed,
         landed.quarantined,
         applied.changes_applied,
-        w.reached_lsn as lsn_reached,
-        w.after_lsn is not null as advanced,
-        {%- if table.channel == 'change_tables' %}
-        cast(unix_timestamp(hwm.commit_time) - unix_timestamp(reached.tran_end_time) as bigint) as lag_seconds,
+        {{ sqlserver_cdc._sql_string(after_lsn or before_lsn) if (after_lsn or before_lsn) else 'cast(null as string)' }} as lsn_reached,
+        {{ 'true' if after_lsn else 'false' }} as advanced,
+        {%- if table.channel == 'change_tables' and capture_lsn and (after_lsn or before_lsn) %}
+        cast(unix_timestamp((select max(tran_end_time) from {{ mapping }}
+            where start_lsn = '{{ capture_lsn }}' and quarantine_reason is null))
+            - unix_timestamp((select max(tran_end_time) from {{ mapping }}
+            where start_lsn = '{{ after_lsn or before_lsn }}' and quarantine_reason is null)) as bigint) as lag_seconds,
         {%- else %}
         cast(null as bigint) as lag_seconds,
         {%- endif %}
         (select count(*) from {{ sqlserver_cdc._model_relation(name ~ '_current') }}) as current_rows,
         (select count(*) from {{ sqlserver_cdc._model_relation(name ~ '_history') }}) as history_versions
-    from (
-        select
-            before_lsn,
-            after_lsn,
-            coalesce(after_lsn, nullif(before_lsn, '')) as reached_lsn
-        from ({{ sqlserver_cdc._summary_watermarks(watermarks, name, run_id) }})
-    ) as w
-    cross join (
-        select max(tran_end_time) as commit_time from {{ mapping }} where quarantine_reason is null
-    ) as hwm
     -- the batches' rows only: Delta skips the staged files of other batches
-    cross join (
+    from (
         select count(*) as rows_landed, count_if(quarantine_reason is not null) as quarantined
         from {{ sqlserver_cdc._model_relation('stg_' ~ table.channel ~ '__' ~ name) }}
         where {{ batches }}
     ) as landed
     cross join (
         select count(*) as changes_applied
-        from {{ sqlserver_cdc._model_relation('stg_' ~ table.channel ~ '__' ~ name) }} as s
-        cross join ({{ sqlserver_cdc._summary_watermarks(watermarks, name, run_id) }}) as bounds
-        {%- if table.channel == 'change_tables' %}
-        where s.commit_lsn > bounds.before_lsn and s.commit_lsn <= bounds.after_lsn
-            and s.quarantine_reason is null and s.operation != 'update_before'
+        from {{ sqlserver_cdc._model_relation('stg_' ~ table.channel ~ '__' ~ name) }}
+        {%- if not after_lsn %}
+        where false
+        {%- elif table.channel == 'change_tables' %}
+        where commit_lsn > '{{ before_lsn }}' and commit_lsn <= '{{ after_lsn }}'
+            and quarantine_reason is null and operation != 'update_before'
         {%- else %}
         -- events arrive out of order: those this run took in, whatever their LSN
-        where s._batch_id > bounds.before_batch and s._batch_id <= bounds.after_batch
-            and s.commit_lsn <= bounds.after_lsn and s.quarantine_reason is null
+        where _batch_id > '{{ before_batch }}' and _batch_id <= '{{ after_batch }}'
+            and commit_lsn <= '{{ after_lsn }}' and quarantine_reason is null
         {%- endif %}
     ) as applied
-    left join {{ mapping }} as reached
-        on reached.start_lsn = w.reached_lsn and reached.quarantine_reason is null
     {{ 'union all' if not loop.last }}
     {%- endfor %}
 {%- endmacro %}
 
-{#- The current-state mart's watermark before this run and the one this run recorded (NULL if it
-    did not advance). -#}
-{% macro _summary_watermarks(watermarks, name, run_id) -%}
+{#- Each mart's watermark before this run and the one this run recorded (NULL if it did not
+    advance), with the landing batches: model_name, before_lsn, after_lsn, before_batch,
+    after_batch. -#}
+{% macro _summary_watermarks(watermarks, run_id) -%}
     select
-        coalesce(max_by(watermark_lsn, recorded_at) filter (where invocation_id != '{{ run_id }}'), '') as before_lsn,
+        model_name,
+        max_by(watermark_lsn, recorded_at) filter (where invocation_id != '{{ run_id }}') as before_lsn,
         max_by(watermark_lsn, recorded_at) filter (where invocation_id = '{{ run_id }}') as after_lsn,
-        coalesce(max_by(watermark_batch, recorded_at) filter (where invocation_id != '{{ run_id }}'), '') as before_batch,
+        max_by(watermark_batch, recorded_at) filter (where invocation_id != '{{ run_id }}') as before_batch,
         max_by(watermark_batch, recorded_at) filter (where invocation_id = '{{ run_id }}') as after_batch
     from {{ watermarks }}
-    where model_name = '{{ name }}_current'
+    group by model_name
 {%- endmacro %}
 
 {#- Used by finish_run for each declared event channel (ces, debezium): lines landed in the

@@ -2,26 +2,52 @@
 
 {#- Typed staging is an incremental Delta table appended once per landing batch (README "Typed
     staging"): each landed record is decoded, typed and validated once, and later models read
-    the typed rows, never the raw maps again. -#}
+    the typed rows, never the raw maps again. In a runner's build each commit of the table
+    records the run's batch id in its commit metadata (pre- and post-hook), so the next run
+    finds the last batch it took in without reading the table. -#}
 {% macro _staged_table_config() -%}
     {{ config(materialized='incremental', incremental_strategy='append', file_format='delta',
-        on_schema_change='fail') }}
+        on_schema_change='fail',
+        pre_hook="{{ sqlserver_cdc._staged_through_hook() }}",
+        post_hook="{{ sqlserver_cdc._staged_through_hook(reset=true) }}") }}
+{%- endmacro %}
+
+{% macro _staged_through_hook(reset=false) -%}
+    {%- set run = sqlserver_cdc.running_run() -%}
+    {%- if run is none -%}
+    select 1
+    {%- elif reset -%}
+    reset spark.databricks.delta.commitInfo.userMetadata
+    {%- else -%}
+    set spark.databricks.delta.commitInfo.userMetadata=sqlserver_cdc staged through {{ run.run_id }}
+    {%- endif -%}
 {%- endmacro %}
 
 {#- The landed records a staging table takes in (where: the landing kind and entity): on an
-    incremental run only those of landing batches after the last batch it staged. That batch is
-    asked at execution and applied as a literal, so Delta skips the raw files of earlier batches
-    by their _batch_id statistics; a run killed after landing is taken in by the next one. A
-    first or full-refresh run takes every landed record. -#}
+    incremental run only those of landing batches after the last batch it took in. That batch
+    is read from the table's last commit (its metadata, see _staged_table_config; else the
+    largest _batch_id staged) and applied as a literal, so Delta skips the raw files of earlier
+    batches by their _batch_id statistics; a run killed after landing is taken in by the next
+    one. A first or full-refresh run takes every landed record. -#}
 {% macro _landed_since_last_batch(where) -%}
     select * from {{ source('cdc_raw', 'landed_rows') }}
     where {{ where }}
     {%- if execute and is_incremental() %}
-        {%- set last = run_query('select max(_batch_id) from ' ~ this).columns[0].values()[0] %}
+        {%- set last = sqlserver_cdc._last_staged_batch(this) %}
         {%- if last is not none %}
         and _batch_id > {{ sqlserver_cdc._sql_string(last) }}
         {%- endif %}
     {%- endif %}
+{%- endmacro %}
+
+{% macro _last_staged_batch(relation) -%}
+    {%- set prefix = 'sqlserver_cdc staged through ' -%}
+    {%- set history = run_query('describe history ' ~ relation ~ ' limit 1') -%}
+    {%- set metadata = history.rows[0]['userMetadata'] if history.rows else none -%}
+    {%- if metadata and metadata.startswith(prefix) -%}
+        {{ return(metadata[prefix | length:]) }}
+    {%- endif -%}
+    {{ return(run_query('select max(_batch_id) from ' ~ relation).columns[0].values()[0]) }}
 {%- endmacro %}
 
 {#- The declared columns cast to their Spark types from text_<column>. -#}

@@ -1,15 +1,16 @@
 {#- Batch-scoped data tests (README "Checks: batch and audit"). A data test's `config: where:`
     may hold these tokens, expanded when the test runs:
+    - __cdc_run_batches__: on a staging table, the rows of the landing batches this run took in
+      (from the run ledger; without a runner run, the latest batch staged);
     - __cdc_batch_lsns__: on a staging table, the rows whose commit_lsn lies within the LSN range
-      of the trusted rows of its latest landing batch (so a change landed again in an earlier
-      batch is still compared with it); false when that batch staged no trusted row;
-    - __cdc_latest_batch__: on a staging table, the rows of its latest landing batch;
+      of the trusted rows of those batches (so a change landed again in an earlier batch is
+      still compared with them); false when they staged no trusted row;
     - __cdc_watermark__: on a mart, its watermark before this run (the on-run-end hook advances
       it after the tests), as a string literal, e.g. `commit_lsn > __cdc_watermark__`.
     With var cdc_checks: batch (the runner's incremental runs) a test then reads only what the run
     changed, and its cost follows the batch. With cdc_checks: all (the default: plain dbt build,
     dbt test, `python -m runner audit`, and every --full-refresh run) __cdc_batch_lsns__ and
-    __cdc_latest_batch__ are true and __cdc_watermark__ is '' (below every LSN): the test checks the whole table. Tests that
+    __cdc_run_batches__ are true and __cdc_watermark__ is '' (below every LSN): the test checks the whole table. Tests that
     cannot be scoped carry the tag cdc_audit, which the runner's incremental runs exclude. -#}
 {% macro check_scope() -%}
     {%- set scope = var('cdc_checks', 'all') -%}
@@ -22,22 +23,23 @@
 {#- `where` of a data test with its scope tokens expanded for `relation` (the tested model). -#}
 {% macro expand_check_scope(where, relation) -%}
     {%- set batch = sqlserver_cdc.check_scope() == 'batch' and execute -%}
+    {%- set run = sqlserver_cdc.running_run() if batch else none -%}
+    {%- if run is not none -%}
+        {%- set batches = "_batch_id > '" ~ run.since_run_id ~ "' and _batch_id <= '" ~ run.run_id ~ "'" -%}
+    {%- else -%}
+        {%- set batches = '_batch_id = (select max(_batch_id) from ' ~ relation ~ ')' -%}
+    {%- endif -%}
     {%- if '__cdc_batch_lsns__' in where -%}
         {%- set predicate = 'true' -%}
         {%- if batch -%}
             {%- set row = run_query('select min(commit_lsn), max(commit_lsn) from ' ~ relation
-                ~ ' where quarantine_reason is null and _batch_id = (select max(_batch_id) from ' ~ relation ~ ')').rows[0] -%}
+                ~ ' where quarantine_reason is null and ' ~ batches).rows[0] -%}
             {%- set predicate = "commit_lsn between '" ~ row[0] ~ "' and '" ~ row[1] ~ "'" if row[0] is not none else 'false' -%}
         {%- endif -%}
         {%- set where = where | replace('__cdc_batch_lsns__', '(' ~ predicate ~ ')') -%}
     {%- endif -%}
-    {%- if '__cdc_latest_batch__' in where -%}
-        {%- set predicate = 'true' -%}
-        {%- if batch -%}
-            {%- set last = run_query('select max(_batch_id) from ' ~ relation).rows[0][0] -%}
-            {%- set predicate = "_batch_id = '" ~ last ~ "'" if last is not none else 'false' -%}
-        {%- endif -%}
-        {%- set where = where | replace('__cdc_latest_batch__', '(' ~ predicate ~ ')') -%}
+    {%- if '__cdc_run_batches__' in where -%}
+        {%- set where = where | replace('__cdc_run_batches__', '(' ~ (batches if batch else 'true') ~ ')') -%}
     {%- endif -%}
     {%- if '__cdc_watermark__' in where -%}
         {%- set watermark = '' -%}
@@ -60,8 +62,9 @@
         {%- if '__cdc_' in where -%}
             {%- set where = sqlserver_cdc.expand_check_scope(where, relation) -%}
         {%- endif -%}
+        {#- the alias keeps Spark from reading `where (true)` as a table alias with a column list -#}
         {%- set filtered -%}
-            (select * from {{ relation }} where {{ where }}) dbt_subquery
+            (select * from {{ relation }} as dbt_scoped where {{ where }}) dbt_subquery
         {%- endset -%}
         {{ return(filtered) }}
     {%- endif -%}

@@ -10,7 +10,9 @@
     incremental_predicates=[
         'DBT_INTERNAL_SOURCE.quarantine_reason is null and DBT_INTERNAL_DEST.quarantine_reason is null'
     ],
-    on_schema_change='fail'
+    on_schema_change='fail',
+    pre_hook="{{ sqlserver_cdc._staged_through_hook() }}",
+    post_hook="{{ sqlserver_cdc._staged_through_hook(reset=true) }}"
 ) }}
 
 with
