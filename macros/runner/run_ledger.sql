@@ -44,6 +44,12 @@
     {{ return(channels | sort) }}
 {%- endmacro %}
 
+{#- True when a tracked table declares `channel` (the event channels' shared staging models are
+    built only then). -#}
+{% macro channel_declared(channel) -%}
+    {{ return(channel in sqlserver_cdc._declared_channels()) }}
+{%- endmacro %}
+
 {% macro _json_map(value) -%}
     {{ return(fromjson(value) if value else {}) }}
 {%- endmacro %}

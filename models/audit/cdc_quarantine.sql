@@ -6,8 +6,9 @@
 {%- endfor %}
 {%- do staged.append(('cast(null as string)', 'stg_cdc_metadata__lsn_time_mapping')) %}
 {%- do staged.append(('cast(null as string)', 'stg_cdc_metadata__change_tables')) %}
-{%- do staged.append(('cast(null as string)', 'stg_ces__events')) %}
-{%- do staged.append(('cast(null as string)', 'stg_debezium__events')) %}
+{%- for channel in ['ces', 'debezium'] if sqlserver_cdc.channel_declared(channel) %}
+    {%- do staged.append(('cast(null as string)', 'stg_' ~ channel ~ '__events')) %}
+{%- endfor %}
 
 with
 

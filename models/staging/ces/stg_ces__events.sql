@@ -5,6 +5,8 @@
 -- segments ('pending') or cannot be trusted ('quarantined', with the reason and the raw line).
 -- sqlfluff reads struct field access (doc.eventsource.tbl) as a table-qualified reference:
 -- noqa: disable=RF03
+-- Built only when a tracked table declares channel ces (nothing to route events to otherwise).
+{{ config(enabled=sqlserver_cdc.channel_declared('ces')) }}
 {%- set orphan_after = var('cdc_ces_orphan_after_batches', 3) | int %}
 {%- set data_schema = 'struct<eventsource: struct<db: string, `schema`: string, tbl: string,'
     ~ ' cols: array<struct<name: string, type: string, index: int>>,'
