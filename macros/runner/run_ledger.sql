@@ -90,13 +90,19 @@
     {%- set since = previous[0] or '' -%}
     {%- set landed_lsn = sqlserver_cdc._json_map(previous[1]) -%}
     {%- set upper_batch = sqlserver_cdc._json_map(previous[2]) -%}
-    {%- set marks = run_query(sqlserver_cdc.landed_high_water_mark(raw, since)) -%}
-    {%- for row in marks -%}
+    {#- what landed since the previous run, per channel (Delta skips older batches' files) -#}
+    {%- set arrived = [] -%}
+    {%- for row in run_query("select case when landing_kind = 'cdc_metadata' then 'change_tables' else landing_kind end,"
+        ~ " max(_batch_id) from " ~ raw ~ " where _batch_id > " ~ sqlserver_cdc._sql_string(since)
+        ~ " and (landing_kind in ('ces', 'debezium') or (landing_kind = 'cdc_metadata' and entity = 'lsn_time_mapping')) group by 1") -%}
+        {%- do arrived.append(row[0]) -%}
+        {%- if row[0] != 'change_tables' and row[1] > upper_batch.get(row[0], '') -%}
+            {%- do upper_batch.update({row[0]: row[1]}) -%}
+        {%- endif -%}
+    {%- endfor -%}
+    {%- for row in run_query(sqlserver_cdc.landed_high_water_mark(raw, since, arrived)) -%}
         {%- if row[1] is not none and row[1] > landed_lsn.get(row[0], '') -%}
             {%- do landed_lsn.update({row[0]: row[1]}) -%}
-        {%- endif -%}
-        {%- if row[2] is not none and row[2] > upper_batch.get(row[0], '') -%}
-            {%- do upper_batch.update({row[0]: row[2]}) -%}
         {%- endif -%}
     {%- endfor -%}
     {%- set upper = {} -%}
@@ -201,7 +207,7 @@
             ~ ' l.ended_at = current_timestamp(), l.tables = s.tables, l.streams = s.streams,'
             ~ ' l.failed_nodes = cast(array(' ~ quoted | join(', ') ~ ') as array<string>)') %}
         {%- set row = run_query("select to_json(named_struct('status', status, 'tables', tables, 'streams', streams,"
-            ~ " 'failed_nodes', failed_nodes)) from " ~ ledger ~ " where run_id = '" ~ run.run_id ~ "'").rows[0][0] -%}
+            ~ " 'failed_nodes', failed_nodes), map('ignoreNullFields', 'false')) from " ~ ledger ~ " where run_id = '" ~ run.run_id ~ "'").rows[0][0] -%}
         {{ log('sqlserver_cdc.finish_run ' ~ row, info=true) }}
     select 1
     {%- endif -%}
