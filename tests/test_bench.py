@@ -1,13 +1,15 @@
 """The benchmark's workload is real-shaped: valid operation sequences per key, before-images equal
 to the previous after-image, update masks covering exactly the changed columns, every commit
-mapped, and an incremental batch that continues the history. (The benchmark itself is run by
-`make bench`, never by the tests: timings are not asserted.)"""
+mapped, and an incremental batch that continues the history. Its reference phase (the marts by
+hand in plain PySpark) equals a replay of the workload in Python at a tiny size; the bench
+checks it against the pipeline's marts on every run. (The benchmark itself is run by `make
+bench`, never by the tests: timings are not asserted.)"""
 
 from __future__ import annotations
 
 import pytest
 
-from runner.bench import BenchConfig, declarations, specs, write_workload
+from runner.bench import BenchConfig, declarations, reference_marts, specs, write_workload
 from runner.errors import UsageError
 
 
@@ -56,6 +58,60 @@ def test_workload_is_a_valid_cdc_history(spark, tmp_path):
         assert len(state) <= keys and all(ops.values()), ops  # every operation occurs
         assert ops[3] == ops[4]
     assert written == total
+
+
+def _tiny_workload(spark, landing):
+    """A tiny workload of two tables: an initial batch and a 60-change batch after it."""
+    cfg = BenchConfig(changes=600, keys=40, tables=2, columns=5, width=12)
+    tables = declarations(cfg)
+    changes, keys = cfg.per_table(cfg.changes), cfg.keys // cfg.tables
+    write_workload(spark, landing, tables, 0, changes, keys, cfg, "initial")
+    write_workload(spark, landing, tables, changes, changes + 60, keys, cfg, "batch")
+    return tables
+
+
+def _replay(rows, non_key):
+    """Python oracle of the marts: per key and transaction the last change that is not an
+    update-before image; history versions (id, valid_from_lsn, valid_to_lsn, values) and the
+    current rows (id, values)."""
+    transactions: dict[tuple, list] = {}
+    for r in rows:  # sorted by start_lsn, seqval, operation
+        transactions.setdefault((r["id"], r["__$start_lsn"].hex().upper()), []).append(r)
+    changes: dict[int, list] = {}
+    for (key, lsn), tx_rows in sorted(transactions.items()):
+        main = [r for r in tx_rows if r["__$operation"] != 3]
+        if main[0]["__$operation"] == 2 and main[-1]["__$operation"] == 1:
+            continue  # inserted and deleted in one transaction
+        changes.setdefault(key, []).append((lsn, main[-1]["__$operation"] == 1, tuple(main[-1][c] for c in non_key)))
+    history, current = [], []
+    for key, versions in changes.items():
+        for i, (lsn, deleted, values) in enumerate(versions):
+            if not deleted:
+                history.append((key, lsn, versions[i + 1][0] if i + 1 < len(versions) else None, values))
+        if not versions[-1][1]:
+            current.append((key, versions[-1][2]))
+    return sorted(history, key=repr), sorted(current, key=repr)
+
+
+def test_reference_marts_replay_the_workload(spark, tmp_path):
+    tables = _tiny_workload(spark, tmp_path)
+    marts = reference_marts(spark, tmp_path, tables)
+    deletes = 0
+    for spec in specs(tables):
+        non_key = [c.name for c in spec.columns if c.name != "id"]
+        rows = _rows(spark, tmp_path, spec)
+        deletes += sum(r["__$operation"] == 1 for r in rows)
+        history, current = _replay(rows, non_key)
+        got = marts[spec.name]["history"].collect()
+        assert sorted(((r["id"], r["valid_from_lsn"], r["valid_to_lsn"], tuple(r[c] for c in non_key)) for r in got),
+                      key=repr) == history
+        assert all(r["is_current"] == (r["valid_to_lsn"] is None) and r["valid_from"] is not None for r in got)
+        assert {r["operation"] for r in got} == {"insert", "update"}
+        assert all(r["changed_columns"] == ["id", *non_key] if r["operation"] == "insert"
+                   else 1 <= len(r["changed_columns"]) <= 2 for r in got)
+        got = marts[spec.name]["current"].collect()
+        assert sorted(((r["id"], tuple(r[c] for c in non_key)) for r in got), key=repr) == current
+    assert deletes  # delete and re-insert cycles occur
 
 
 @pytest.mark.parametrize("options, message", [
