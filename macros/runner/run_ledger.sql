@@ -71,7 +71,8 @@
     channel's upper batch is the last landing batch holding its events. Without force (the
     runner's --full-refresh or --select), a run that landed nothing and whose marts are all at
     their bounds is recorded as nothing_to_do. Logs one line, `sqlserver_cdc.begin_run <json>`,
-    that the runner reads. -#}
+    that the runner reads (with seeds_loaded: every seed of the project is in the warehouse, so
+    an incremental build can leave them out). -#}
 {% macro begin_run(files, batch_id, raw_schema=none, upper_lsn=none, force=false, full_refresh=false) -%}
     {%- set ledger = sqlserver_cdc.ledger_relation() -%}
     {%- set raw = (raw_schema or var('cdc_raw_schema', target.schema ~ '_raw')) ~ '.landed_rows' -%}
@@ -126,8 +127,13 @@
         ~ sqlserver_cdc._sql_map(landed, 'bigint') ~ ', ' ~ sqlserver_cdc._sql_map(landed_lsn, 'string') ~ ', '
         ~ sqlserver_cdc._sql_map(upper, 'string') ~ ', ' ~ sqlserver_cdc._sql_map(upper_batch, 'string')) %}
     {%- set channels = sqlserver_cdc._declared_channels() -%}
+    {#- the seeds (reference tables of the data tests) need loading only once -#}
+    {%- set seeds_loaded = [] -%}
+    {%- for node in graph.nodes.values() if node.resource_type == 'seed' -%}
+        {%- do seeds_loaded.append(adapter.get_relation(node.database, node.schema, node.alias) is not none) -%}
+    {%- endfor -%}
     {%- set payload = {'run_id': batch_id, 'status': status, 'landed': landed, 'upper_lsn': upper,
-        'upper_batch': upper_batch, 'channels': channels} -%}
+        'upper_batch': upper_batch, 'channels': channels, 'seeds_loaded': false not in seeds_loaded} -%}
     {{ log('sqlserver_cdc.begin_run ' ~ tojson(payload), info=true) }}
 {%- endmacro %}
 
