@@ -79,7 +79,9 @@
     {% do run_query('create schema if not exists ' ~ ledger.schema) %}
     {% do run_query(sqlserver_cdc._ledger_ddl(ledger)) %}
     {% do run_query(sqlserver_cdc.ensure_watermark_table()) %}
+    {%- if run_query("select count(*) from " ~ ledger ~ " where status = 'running'").rows[0][0] > 0 %}
     {% do run_query("update " ~ ledger ~ " set status = 'abandoned', ended_at = current_timestamp() where status = 'running'") %}
+    {%- endif %}
     {% do sqlserver_cdc.land_files(files, batch_id, raw_schema) %}
     {%- set landed = {} -%}
     {%- for row in run_query(sqlserver_cdc.landed_batch_counts(batch_id, raw_schema)) -%}
@@ -130,7 +132,8 @@
     {#- the seeds (reference tables of the data tests) need loading only once -#}
     {%- set seeds_loaded = [] -%}
     {%- for node in graph.nodes.values() if node.resource_type == 'seed' -%}
-        {%- do seeds_loaded.append(adapter.get_relation(node.database, node.schema, node.alias) is not none) -%}
+        {#- SHOW TABLES reads the metastore only (dbt-spark's get_relation describes every table of the schema) -#}
+        {%- do seeds_loaded.append(run_query("show tables in " ~ node.schema ~ " like " ~ sqlserver_cdc._sql_string(node.alias)).rows | length > 0) -%}
     {%- endfor -%}
     {%- set payload = {'run_id': batch_id, 'status': status, 'landed': landed, 'upper_lsn': upper,
         'upper_batch': upper_batch, 'channels': channels, 'seeds_loaded': false not in seeds_loaded} -%}
