@@ -55,7 +55,8 @@ def _parser() -> argparse.ArgumentParser:
     from runner.bench import BenchConfig
 
     defaults = BenchConfig()
-    bench = sub.add_parser("bench", help="measure initial, incremental, full-refresh and no-op runs against the copy floor")
+    bench = sub.add_parser("bench", help="measure initial, incremental, full-refresh and no-op runs against the copy floor "
+                                          "and a plain PySpark recompute of the same marts")
     bench.add_argument("--project-dir", type=Path, default=PROJECT_DIR, help="the dbt project (default: this one)")
     bench.add_argument("--changes", type=int, default=defaults.changes, help="changes in the initial load (all tables)")
     bench.add_argument("--keys", type=int, default=defaults.keys, help="keys (all tables)")

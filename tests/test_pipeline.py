@@ -97,10 +97,11 @@ def test_full_refresh_equals_incremental(pipeline):
     # version of a key that no batch-scoped check of a later run would look at
     from runner.cli import main
 
-    assert main(["audit"]) == 0
+    project = ["--project-dir", str(pipeline.project_dir)]
+    assert main(["audit", *project]) == 0
     pipeline.spark.sql(f"insert into {pipeline.schema}.customers_history "
                        f"select * from {pipeline.schema}.customers_history where is_current limit 1")
-    assert main(["audit", "--select", "customers_history"]) == 1
+    assert main(["audit", *project, "--select", "customers_history"]) == 1
 
 
 def test_malformed_rows_are_quarantined_and_good_rows_flow(pipeline):
