@@ -112,23 +112,28 @@ def specs(tables: dict[str, dict]) -> list[TableSpec]:
 
 
 def _models_yml(tables: dict[str, dict]) -> str:
-    """The data tests the demo tables carry, for the benchmark tables (a run costs its tests too)."""
+    """The data tests the demo tables carry, scoped the same way (batch-scoped on incremental runs,
+    whole-table ones tagged cdc_audit), for the benchmark tables (a run costs its tests too)."""
     models = []
     for name, t in tables.items():
         key, columns = t["key"], [c["name"] for c in t["columns"]]
         models += [
             {"name": f"stg_change_tables__{name}", "data_tests": [{"sqlserver_cdc.unique_key": {
                 "arguments": {"columns": ["change_lsn", "operation_code", *key],
-                              "counted_where": "quarantine_reason is null"}}}]},
-            {"name": f"{name}_current", "data_tests": [{"sqlserver_cdc.unique_key": {"arguments": {"columns": key}}}]},
+                              "counted_where": "quarantine_reason is null"},
+                "config": {"where": "__cdc_batch_lsns__"}}}]},
+            {"name": f"{name}_current", "data_tests": [{"sqlserver_cdc.unique_key": {
+                "arguments": {"columns": key}, "config": {"where": "commit_lsn > __cdc_watermark__"}}}]},
             {"name": f"{name}_history", "data_tests": [
-                {"sqlserver_cdc.unique_key": {"arguments": {"columns": [*key, "valid_from_lsn"]}}},
-                {"sqlserver_cdc.unique_key": {"arguments": {"columns": key}, "config": {"where": "is_current"}}},
-                {"sqlserver_cdc.history_is_contiguous": {"arguments": {"key": key}}},
+                {"sqlserver_cdc.unique_key": {"arguments": {"columns": [*key, "valid_from_lsn"]},
+                                              "config": {"where": "valid_from_lsn > __cdc_watermark__"}}},
+                {"sqlserver_cdc.unique_key": {"arguments": {"columns": key},
+                                              "config": {"where": "is_current", "tags": ["cdc_audit"]}}},
+                {"sqlserver_cdc.history_is_contiguous": {"arguments": {"key": key}, "config": {"tags": ["cdc_audit"]}}},
                 {"sqlserver_cdc.equal_rowsets": {
                     "arguments": {"compare_model": f"ref('{name}_current')", "columns": columns,
                                   "compare_where": "not is_deleted"},
-                    "config": {"where": "is_current"}}},
+                    "config": {"where": "is_current", "tags": ["cdc_audit"]}}},
             ]},
         ]
     return yaml.safe_dump({"version": 2, "models": models}, sort_keys=False)
