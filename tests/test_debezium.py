@@ -16,7 +16,15 @@ import yaml
 
 from runner import debezium_writer, landing_writer
 from runner.simulate import Column, Simulator, TableSpec, lsn_hex, replay
-from tests.conftest import FIXTURES, PROJECT_DIR, Pipeline, copy_project, same_rows
+from tests.conftest import (
+    FIXTURES,
+    PROJECT_DIR,
+    Pipeline,
+    assert_raw_read_by_batch,
+    copy_project,
+    last_execution,
+    same_rows,
+)
 
 SAMPLES = FIXTURES / "reference" / "debezium"
 DECLARED = yaml.safe_load((PROJECT_DIR / "dbt_project.yml").read_text())["vars"]["cdc_tracked_tables"]
@@ -205,7 +213,13 @@ def test_debezium_events_build_the_marts_change_tables_build(spark, tmp_path):
                                    min_lsn={"dbo_items": txs[0].begin_lsn} if i == 0 else None)
         debezium_writer.write_lines(pipeline.landing / "debezium" / "server1.ShopDb.dbo.items" / f"b{i}.jsonl",
                                     batches[i])
+        before = last_execution(spark)
         summary = {r["tracked_table"]: r for r in pipeline.run()}
+        if i > 0:
+            # incremental staging: the run read only its batch of landed lines, staged each once
+            assert_raw_read_by_batch(pipeline, before)
+            write = spark.sql(f"describe history {pipeline.schema}.stg_debezium__events limit 1").collect()[0]
+            assert int(write["operationMetrics"]["numOutputRows"]) == len(batches[i])
         if i == 1:
             watermark = summary["items_dbz"]["lsn_reached"]
             assert any(json.loads(line)["value"]["payload"]["source"]["commit_lsn"].replace(":", "").upper()

@@ -6,13 +6,17 @@
     __commit_lsn, ...). status: 'complete' (the first landed copy of a change), 'duplicate' (a
     replay: same table, LSNs, serial number, operation and row image), 'tombstone' (a null value:
     counted, carries nothing the marts need) or 'quarantined' (with quarantine_reason).
-    A macro, not only a model, so the runner and the hooks can read the landed high-water mark
-    from the raw table before the staging views exist. -#}
-{% macro debezium_events(relation) -%}
-    {{ return(adapter.dispatch('debezium_events', 'sqlserver_cdc')(relation)) }}
+    replay_key identifies a change (a SHA-256 of those fields) on complete and duplicate rows.
+    prior: the events already staged (model stg_debezium__events on an incremental run), whose
+    complete rows at or above commit LSN prior_floor (the smallest of these lines') make a
+    replay landed in a later batch a duplicate.
+    A macro, not only a model, so begin_run can read the landed high-water mark from the raw
+    table before staging takes the batch in. -#}
+{% macro debezium_events(relation, prior=none, prior_floor=none) -%}
+    {{ return(adapter.dispatch('debezium_events', 'sqlserver_cdc')(relation, prior, prior_floor)) }}
 {%- endmacro %}
 
-{% macro default__debezium_events(relation) -%}
+{% macro default__debezium_events(relation, prior=none, prior_floor=none) -%}
 {%- set column_schema = 'array<struct<field: string, type: string, name: string, parameters: map<string, string>>>' -%}
 {%- set value_schema = 'struct<fields: array<struct<field: string, type: string, name: string, '
     ~ 'parameters: map<string, string>, fields: ' ~ column_schema ~ '>>>' -%}
@@ -186,20 +190,43 @@ checked as (
 ),
 
 -- at-least-once delivery: a replayed event repeats the table, LSNs, serial number, operation
--- and row image (not the connector's ts_ms); the first landed copy wins
-copies as (
+-- and row image (not the connector's ts_ms); the first landed copy wins, in this batch or
+-- already staged
+keyed as (
     select
         *,
-        case when is_tombstone or quarantine_reason is not null then 1 else row_number() over (
-            partition by
-                lower(coalesce(db_text, try_element_at(topic_parts, -3))),
-                lower(coalesce(schema_text, try_element_at(topic_parts, -2))),
-                lower(coalesce(table_text, try_element_at(topic_parts, -1))),
-                commit_lsn, change_lsn_normalized, event_serial_no, operation,
-                to_json(coalesce(after_values, before_values))
-            order by _batch_id, _source_file, try_cast(kafka_partition as int), try_cast(kafka_offset as bigint)
-        ) end as copy_number
+        case when not is_tombstone and quarantine_reason is null then sha2(to_json(named_struct(
+            'db', lower(coalesce(db_text, try_element_at(topic_parts, -3))),
+            'schema', lower(coalesce(schema_text, try_element_at(topic_parts, -2))),
+            'table', lower(coalesce(table_text, try_element_at(topic_parts, -1))),
+            'commit_lsn', commit_lsn, 'change_lsn', change_lsn_normalized, 'event_serial_no', event_serial_no,
+            'operation', operation, 'row', coalesce(after_values, before_values)
+        )), 256) end as replay_key
     from checked
+),
+
+copies as (
+    select
+        keyed.*,
+        case
+            when keyed.replay_key is null then 1
+            {%- if prior is not none %}
+            when staged.replay_key is not null then 2
+            {%- endif %}
+            else row_number() over (
+                partition by keyed.replay_key
+                order by keyed._batch_id, keyed._source_file, try_cast(keyed.kafka_partition as int),
+                    try_cast(keyed.kafka_offset as bigint)
+            )
+        end as copy_number
+    from keyed
+    {%- if prior is not none %}
+    left join (
+        select distinct replay_key from {{ prior }}
+        where status = 'complete'{% if prior_floor is not none %} and commit_lsn >= '{{ prior_floor }}'{% endif %}
+    ) as staged
+        on keyed.replay_key = staged.replay_key
+    {%- endif %}
 ),
 
 final as (
@@ -232,6 +259,7 @@ final as (
             else 'complete'
         end as status,
         quarantine_reason,
+        replay_key,
         coalesce(raw_text, to_json(row_values)) as landed_record,
         _source_file,
         _batch_id,

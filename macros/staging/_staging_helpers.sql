@@ -4,12 +4,21 @@
     staging"): each landed record is decoded, typed and validated once, and later models read
     the typed rows, never the raw maps again. In a runner's build each commit of the table
     records the run's batch id in its commit metadata (pre- and post-hook), so the next run
-    finds the last batch it took in without reading the table. -#}
-{% macro _staged_table_config() -%}
+    finds the last batch it took in without reading the table. With unique_key the batch is
+    merged instead of appended (rows of earlier batches that the batch settles are updated;
+    incremental_predicates limit the stored rows the MERGE reads). -#}
+{% macro _staged_table_config(unique_key=none, incremental_predicates=none) -%}
+    {%- if unique_key is none %}
     {{ config(materialized='incremental', incremental_strategy='append', file_format='delta',
         on_schema_change='fail',
         pre_hook="{{ sqlserver_cdc._staged_through_hook() }}",
         post_hook="{{ sqlserver_cdc._staged_through_hook(reset=true) }}") }}
+    {%- else %}
+    {{ config(materialized='incremental', incremental_strategy='merge', file_format='delta',
+        unique_key=unique_key, incremental_predicates=incremental_predicates, on_schema_change='fail',
+        pre_hook="{{ sqlserver_cdc._staged_through_hook() }}",
+        post_hook="{{ sqlserver_cdc._staged_through_hook(reset=true) }}") }}
+    {%- endif %}
 {%- endmacro %}
 
 {% macro _staged_through_hook(reset=false) -%}
@@ -23,14 +32,14 @@
     {%- endif -%}
 {%- endmacro %}
 
-{#- The landed records a staging table takes in (where: the landing kind and entity): on an
-    incremental run only those of landing batches after the last batch it took in. That batch
-    is read from the table's last commit (its metadata, see _staged_table_config; else the
-    largest _batch_id staged) and applied as a literal, so Delta skips the raw files of earlier
-    batches by their _batch_id statistics; a run killed after landing is taken in by the next
-    one. A first or full-refresh run takes every landed record. -#}
-{% macro _landed_since_last_batch(where) -%}
-    select * from {{ source('cdc_raw', 'landed_rows') }}
+{#- The rows a staging table takes in: those of `relation` (default: the raw landing table)
+    matching `where`, on an incremental run only those of landing batches after the last batch
+    the table took in. That batch is read from the table's last commit (its metadata, see
+    _staged_table_config; else the largest _batch_id staged) and applied as a literal, so Delta
+    skips the files of earlier batches by their _batch_id statistics; a run killed after
+    landing is taken in by the next one. A first or full-refresh run takes every row. -#}
+{% macro _landed_since_last_batch(where, relation=none) -%}
+    select * from {{ relation if relation is not none else source('cdc_raw', 'landed_rows') }}
     where {{ where }}
     {%- if execute and is_incremental() %}
         {%- set last = sqlserver_cdc._last_staged_batch(this) %}
@@ -48,6 +57,20 @@
         {{ return(metadata[prefix | length:]) }}
     {%- endif -%}
     {{ return(run_query('select max(_batch_id) from ' ~ relation).columns[0].values()[0]) }}
+{%- endmacro %}
+
+{#- The first landing batch whose lines stg_ces__events (relation) may still hold as pending: a
+    split message waits at most orphan_after CES landing batches (counted up to the last batch
+    staged), so its lines lie in the last orphan_after batches that landed CES lines up to that
+    batch, which the run ledger records. '' (every batch) outside a runner's build or when the
+    ledger records fewer such batches. -#}
+{% macro _ces_waiting_from(relation, orphan_after) -%}
+    {%- set last = sqlserver_cdc._last_staged_batch(relation) if sqlserver_cdc.running_run() is not none else none -%}
+    {%- if last is none or orphan_after < 1 -%}{{ return('') }}{%- endif -%}
+    {%- set rows = run_query("select run_id from " ~ sqlserver_cdc.ledger_relation() ~ " where run_id <= "
+        ~ sqlserver_cdc._sql_string(last) ~ " and exists(map_keys(landed), k -> startswith(k, 'ces/'))"
+        ~ " order by run_id desc limit " ~ orphan_after).rows -%}
+    {{ return(rows[-1][0] if rows | length >= orphan_after else '') }}
 {%- endmacro %}
 
 {#- The declared columns cast to their Spark types from text_<column>. -#}

@@ -8,7 +8,9 @@
     key's state at its LSN and counts as an insert. An update's mask holds the columns whose
     value differs between before and after (every carried column when there is no before row,
     as in flattened events). Values that do not decode or cast, events without their key and
-    events whose form (flattened or not) is not the declared one are quarantined. -#}
+    events whose form (flattened or not) is not the declared one are quarantined. An
+    incremental Delta table appended per landing batch (the events staged since its last
+    batch), like change-table staging. -#}
 {% macro stage_debezium_table(table_name) -%}
     {{ return(adapter.dispatch('stage_debezium_table', 'sqlserver_cdc')(table_name)) }}
 {%- endmacro %}
@@ -17,14 +19,9 @@
 {%- set t = sqlserver_cdc.tracked_table(table_name) -%}
 {%- set form = 'flattened' if t.debezium.flattened else 'envelope' -%}
 {%- set keys = t.key | map('lower') | list -%}
-with
-
-events as (
-    select
-        event_id, event_form, commit_lsn, change_lsn, event_serial_no, operation, commit_time,
-        before_values, after_values, column_types, landed_record, _source_file, _batch_id, _ingested_at
-    from {{ ref('stg_debezium__events') }}
-    where status = 'complete'
+{{ sqlserver_cdc._staged_table_config() }}
+{%- set routed -%}
+    status = 'complete'
         {%- if t.topic %}
         and topic = '{{ t.topic }}'
         {%- else %}
@@ -34,6 +31,14 @@ events as (
         and lower(source_database) = '{{ t.source_database | lower }}'
         {%- endif %}
         {%- endif %}
+{%- endset %}
+with
+
+events as (
+    select
+        event_id, event_form, commit_lsn, change_lsn, event_serial_no, operation, commit_time,
+        before_values, after_values, column_types, landed_record, _source_file, _batch_id, _ingested_at
+    from ({{ sqlserver_cdc._landed_since_last_batch(routed, ref('stg_debezium__events')) }}) as routed_events
 ),
 
 -- the row an event carries (after; before for a delete), each value with its encoding: the
