@@ -16,7 +16,15 @@ import yaml
 
 from runner import ces_writer, landing_writer
 from runner.simulate import Column, Simulator, TableSpec, lsn_hex
-from tests.conftest import FIXTURES, PROJECT_DIR, Pipeline, copy_project, same_rows
+from tests.conftest import (
+    FIXTURES,
+    PROJECT_DIR,
+    Pipeline,
+    assert_raw_read_by_batch,
+    copy_project,
+    last_execution,
+    same_rows,
+)
 
 SAMPLES = FIXTURES / "reference" / "ces"
 DECLARED = yaml.safe_load((PROJECT_DIR / "dbt_project.yml").read_text())["vars"]["cdc_tracked_tables"]
@@ -155,7 +163,19 @@ def test_ces_events_out_of_order_build_the_marts_change_tables_build(spark, tmp_
         landing_writer.write_batch(pipeline.landing, f"b{i}", [STAFF], txs[i * 50:(i + 1) * 50], {"staff": "csv"},
                                    min_lsn={"dbo_staff": txs[0].begin_lsn} if i == 0 else None)
         ces_writer.write_lines(pipeline.landing / "ces" / "staff_hub" / f"b{i}.jsonl", ces_batches[i])
+        pending = pipeline.rows("select count(*) as n from {s}.stg_ces__events where status = 'pending'")[0]["n"] if i else 0
+        before = last_execution(spark)
         summary = {r["tracked_table"]: r for r in pipeline.run()}
+        if i > 0:
+            # incremental staging: the run read only its batch of landed lines; the staged events took
+            # in each new line once (and each completed event), and settled only lines that were pending
+            run = assert_raw_read_by_batch(pipeline, before)
+            merge = spark.sql(f"describe history {pipeline.schema}.stg_ces__events limit 1").collect()[0]
+            completed = pipeline.rows("select count(*) as n from {s}.stg_ces__events"
+                                      f" where status = 'complete' and _batch_id = '{run['run_id']}'")[0]["n"]
+            assert merge["operation"] == "MERGE"
+            assert int(merge["operationMetrics"]["numTargetRowsInserted"]) == len(ces_batches[i]) + completed
+            assert 0 < int(merge["operationMetrics"]["numTargetRowsUpdated"]) <= pending
         if i == 0:
             watermark = summary["staff_ces"]["lsn_reached"]
             late = [e for e in ces_batches[1] if e["logicalid"].split(":")[1] < watermark]
@@ -279,3 +299,16 @@ def test_bad_lines_unknown_operations_uncastable_values_and_orphan_segments_are_
     assert orphans[0]["quarantine_reason"].startswith(f"orphan segments: logicalid {orphan[0]['logicalid']} has segment(s) 0 "
                                                      "and no final segment")
     assert pipeline.rows("select count(*) as n from {s}.stg_ces__events where status = 'pending'") == [{"n": 0}]
+
+    # batch 3: the orphan's other segments land after all (it completes and applies, its segments
+    # leave the quarantine), with a redelivered event and a redelivered segment (duplicates)
+    redelivered = {**good[0], "id": good[0]["id"]}
+    ces_writer.write_lines(folder / "b3.jsonl", orphan[1:] + [redelivered, {**segments[1], "id": str(uuid.uuid4())}])
+    pipeline.run()
+    assert pipeline.rows("select count(*) as n from {s}.cdc_quarantine where quarantine_reason like 'orphan%'") == [{"n": 0}]
+    assert pipeline.rows("select count(*) as n from {s}.employees_current where Id = 9003") == [{"n": 1}]
+    statuses = pipeline.rows("select status, count(*) as n from {s}.stg_ces__events"
+                             " where _batch_id = (select max(_batch_id) from {s}.stg_ces__events) group by status")
+    assert {r["status"]: r["n"] for r in statuses} == {"assembled": len(orphan[1:]), "complete": 1, "duplicate": 2}
+    assert pipeline.rows("select count(*) as n from {s}.stg_ces__events where status = 'assembled'"
+                         f" and logicalid = '{orphan[0]['logicalid']}'") == [{"n": len(orphan)}]

@@ -7,7 +7,8 @@
     (@include_all_columns = 0, or no old values) is "unchanged", which the marts fill from the
     key's previous event. update_mask is built from the columns an update carries (and, when old
     values are sent, only those whose value differs). Values that do not cast and events without
-    their key are quarantined, naming column and value. -#}
+    their key are quarantined, naming column and value. An incremental Delta table appended per
+    landing batch (the events completed since its last batch), like change-table staging. -#}
 {% macro stage_ces_table(table_name) -%}
     {{ return(adapter.dispatch('stage_ces_table', 'sqlserver_cdc')(table_name)) }}
 {%- endmacro %}
@@ -15,19 +16,22 @@
 {% macro default__stage_ces_table(table_name) -%}
 {%- set t = sqlserver_cdc.tracked_table(table_name) -%}
 {%- set keys = t.key | map('lower') | list -%}
+{{ sqlserver_cdc._staged_table_config() }}
+{%- set routed -%}
+    status = 'complete'
+        and lower(source_schema) = '{{ t.source_schema | lower }}'
+        and lower(source_table) = '{{ t.source_table | lower }}'
+        {%- if t.source_database %}
+        and lower(source_database) = '{{ t.source_database | lower }}'
+        {%- endif %}
+{%- endset %}
 with
 
 events as (
     select
         event_id, commit_lsn, sequence_number, operation, key_values, old_image, current_image, commit_time,
         landed_record, _source_file, _batch_id, _ingested_at
-    from {{ ref('stg_ces__events') }}
-    where status = 'complete'
-        and lower(source_schema) = '{{ t.source_schema | lower }}'
-        and lower(source_table) = '{{ t.source_table | lower }}'
-        {%- if t.source_database %}
-        and lower(source_database) = '{{ t.source_database | lower }}'
-        {%- endif %}
+    from ({{ sqlserver_cdc._landed_since_last_batch(routed, ref('stg_ces__events')) }}) as routed_events
 ),
 
 images as (

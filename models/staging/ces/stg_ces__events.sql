@@ -1,13 +1,35 @@
--- Change Event Streaming: every landed CloudEvent line, de-duplicated by source + id, split
+-- Change Event Streaming: landed CloudEvent lines, de-duplicated by source + id, split
 -- messages reassembled by logicalid in segment order (whatever the index base), and the data
 -- document's envelope parsed. One row per complete event (status 'complete', _batch_id = the
--- batch that completed it), plus one row per landed line that is a duplicate, waits for missing
--- segments ('pending') or cannot be trusted ('quarantined', with the reason and the raw line).
+-- batch that completed it), plus one row per landed line: a segment of a complete event
+-- ('assembled'), a duplicate ('duplicate'), a segment waiting for the rest of its message
+-- ('pending') or a line that cannot be trusted ('quarantined', with the reason and the raw line).
+-- An incremental Delta table: each run reads only the lines of the landing batches after the
+-- last one it took in, plus the pending lines (a MERGE settles them: assembled or quarantined
+-- when their message completes or is orphaned) and an orphan's segments when more of its message
+-- lands; lines already staged are looked up by id and segment, so a redelivery in a later batch
+-- is still a duplicate.
 -- sqlfluff reads struct field access (doc.eventsource.tbl) as a table-qualified reference:
 -- noqa: disable=RF03
 -- Built only when a tracked table declares channel ces (nothing to route events to otherwise).
 {{ config(enabled=sqlserver_cdc.channel_declared('ces')) }}
+{{ sqlserver_cdc._staged_table_config(
+    unique_key='row_key', incremental_predicates=["DBT_INTERNAL_DEST.status in ('pending', 'quarantined')"]) }}
 {%- set orphan_after = var('cdc_ces_orphan_after_batches', 3) | int %}
+{%- set incremental = is_incremental() %}
+{%- set new_lines = sqlserver_cdc._landed_since_last_batch("landing_kind = 'ces'") %}
+{%- set logicalid_pattern = '^[^:]+:[0-9A-Fa-f]{20}:[0-9]{1,20}$' %}
+{#- what an incremental run looks up among the staged rows, as literals so Delta skips other
+    files: lines and settled messages at or above the smallest logicalid LSN of the new lines
+    (a redelivery repeats its logicalid), pending lines and CES batches from the first landing
+    batch whose pending messages can still wait (see _ces_waiting_from) -#}
+{%- set lsn_floor, waiting_from = none, '' %}
+{%- if execute and incremental %}
+    {%- set lsn_floor = run_query("select min(upper(element_at(split(row_values['logicalid'], ':'), -2))) from ("
+        ~ new_lines ~ ") as new_lines where row_values['logicalid'] rlike '" ~ logicalid_pattern ~ "'").columns[0].values()[0] %}
+    {%- set waiting_from = sqlserver_cdc._ces_waiting_from(this, orphan_after) %}
+{%- endif %}
+{%- set staged_lsns = "commit_lsn >= '" ~ lsn_floor ~ "'" if lsn_floor is not none else 'false' %}
 {%- set data_schema = 'struct<eventsource: struct<db: string, `schema`: string, tbl: string,'
     ~ ' cols: array<struct<name: string, type: string, index: int>>,'
     ~ ' pkkey: array<struct<columnname: string, value: string>>,'
@@ -16,9 +38,41 @@
 
 with
 
+-- the lines of the landing batches after the last one staged, and the lines staged earlier
+-- that still wait for the rest of their message (read again from their landed record)
 landed_rows as (
-    select * from {{ source('cdc_raw', 'landed_rows') }}
-    where landing_kind = 'ces'
+    select
+        row_values,
+        raw_text,
+        _source_file,
+        _batch_id,
+        _ingested_at,
+        concat_ws('/', 'line', _batch_id, _source_file, cast(row_number() over (
+            partition by _batch_id, _source_file order by raw_text
+        ) as string)) as row_key,
+        false as waiting
+    from ({{ new_lines }}) as landed_since_last_batch
+    {%- if incremental %}
+    union all
+    select
+        from_json(landed_record, 'map<string, string>') as row_values,
+        landed_record as raw_text,
+        _source_file,
+        _batch_id,
+        _ingested_at,
+        row_key,
+        true as waiting
+    from {{ this }}
+    where (status = 'pending' and _batch_id >= '{{ waiting_from }}')
+        -- an orphan's segments, when more of its message lands: it may complete after all
+        or (
+            status = 'quarantined' and is_segment and {{ staged_lsns }}
+            and startswith(quarantine_reason, 'orphan segments:')
+            and (event_source, logicalid) in (
+                select row_values['source'], row_values['logicalid'] from ({{ new_lines }}) as new_lines
+            )
+        )
+    {%- endif %}
 ),
 
 -- landing batches that brought CES lines, newest first (an incomplete split message waits
@@ -27,8 +81,34 @@ batches as (
     select
         _batch_id,
         dense_rank() over (order by _batch_id desc) - 1 as batches_since
-    from (select distinct _batch_id from landed_rows) as landed_batches
+    from (
+        select distinct _batch_id from landed_rows
+        where not waiting
+        {%- if incremental %}
+        union
+        select distinct _batch_id from {{ this }} where status != 'complete' and _batch_id >= '{{ waiting_from }}'
+        {%- endif %}
+    ) as landed_batches
 ),
+
+{%- if incremental %}
+
+-- lines staged earlier (not waiting): their ids, and the segments of settled messages
+staged_ids as (
+    select distinct event_source, event_id
+    from {{ this }}
+    where status not in ('complete', 'pending') and event_source is not null and event_id is not null
+        and {{ staged_lsns }}
+),
+
+settled_messages as (
+    select event_source, logicalid, collect_set(segment_index) as segment_indexes
+    from {{ this }}
+    where is_segment and status != 'pending' and {{ staged_lsns }}
+        and not (status = 'quarantined' and startswith(quarantine_reason, 'orphan segments:'))
+    group by event_source, logicalid
+),
+{%- endif %}
 
 envelope as (
     select
@@ -47,7 +127,9 @@ envelope as (
         coalesce(raw_text, to_json(row_values)) as landed_record,
         _source_file,
         _batch_id,
-        _ingested_at
+        _ingested_at,
+        row_key,
+        waiting
     from landed_rows
 ),
 
@@ -71,7 +153,7 @@ checked as (
                 end,
                 case when event_source is null or id is null then 'missing source or id' end,
                 case
-                    when not coalesce(logicalid rlike '^[^:]+:[0-9A-Fa-f]{20}:[0-9]{1,20}$', false)
+                    when not coalesce(logicalid rlike '{{ logicalid_pattern }}', false)
                         then concat('invalid logicalid: ', coalesce(logicalid, 'missing'))
                 end,
                 case
@@ -96,30 +178,56 @@ checked as (
     from envelope
 ),
 
--- at-least-once delivery: the first landed copy of source + id wins; a segment delivered again
--- under another id is the same segment of the same logicalid
+-- at-least-once delivery: the first landed copy of source + id wins (in these lines or
+-- staged earlier); a segment delivered again under another id is the same segment of the same
+-- logicalid
 copies as (
     select
-        *,
-        case when event_source is null or id is null then 1 else row_number() over (
-            partition by event_source, id order by _batch_id, _source_file
-        ) end as id_copy
+        checked.*,
+        case
+            when checked.event_source is null or checked.id is null then 1
+            {%- if incremental %}
+            when not checked.waiting and staged_ids.event_id is not null then 2
+            {%- endif %}
+            else row_number() over (
+                partition by checked.event_source, checked.id order by checked._batch_id, checked._source_file
+            )
+        end as id_copy
     from checked
+    {%- if incremental %}
+    left join staged_ids
+        on checked.event_source = staged_ids.event_source and checked.id = staged_ids.event_id
+    {%- endif %}
 ),
 
 lines as (
     select
-        *,
-        case when line_problem is not null or id_copy > 1 then 1 else row_number() over (
-            partition by event_source, logicalid, segment_index, line_problem is null and id_copy = 1
-            order by _batch_id, _source_file
-        ) end as segment_copy
+        copies.*,
+        case
+            when copies.line_problem is not null or copies.id_copy > 1 then 1
+            {%- if incremental %}
+            when not copies.waiting and array_contains(settled_messages.segment_indexes, copies.segment_index) then 2
+            {%- endif %}
+            else row_number() over (
+                partition by
+                    copies.event_source, copies.logicalid, copies.segment_index,
+                    copies.line_problem is null and copies.id_copy = 1
+                order by copies._batch_id, copies._source_file
+            )
+        end as segment_copy,
+        -- a new segment of a message settled by an earlier run (complete or quarantined)
+        {{ 'not copies.waiting and settled_messages.logicalid is not null' if incremental else 'false' }}
+            as after_settled
     from copies
+    {%- if incremental %}
+    left join settled_messages
+        on copies.event_source = settled_messages.event_source and copies.logicalid = settled_messages.logicalid
+    {%- endif %}
 ),
 
 segments as (
     select * from lines
-    where line_problem is null and id_copy = 1 and segment_copy = 1
+    where line_problem is null and id_copy = 1 and segment_copy = 1 and not after_settled
 ),
 
 messages as (
@@ -168,9 +276,10 @@ assembled as (
         end as indexes_complete,
         (messages.finals > 1 or messages.final_index < messages.last_index) as conflicting,
         from_json(messages.data_text, '{{ data_schema }}') as doc,
-        batches.batches_since
+        coalesce(batches.batches_since, {{ orphan_after }}) as batches_since
     from messages
-    inner join batches
+    -- a message first landed before the batches read here has waited its time
+    left join batches
         on messages.first_batch = batches._batch_id
 ),
 
@@ -252,12 +361,15 @@ events as (
             "regexp_replace(coalesce(doc.eventsource.transaction.committime, event_time_text), '(Z|[+-][0-9]{2}:[0-9]{2})$', '')",
             'datetime2') }} as commit_time,
         segment_count,
+        cast(null as int) as segment_index,
+        false as is_segment,
         'complete' as status,
         message_problem as quarantine_reason,
         coalesce(single_line, data_text) as landed_record,
         _source_file,
         completed_batch as _batch_id,
-        _ingested_at
+        _ingested_at,
+        concat('event:', event_source, ':', logicalid) as row_key
     from outcomes
     where message_status = 'complete' and message_problem is null
 ),
@@ -268,20 +380,32 @@ line_outcomes as (
         lines.event_source,
         lines.logicalid,
         lines.segment_index,
+        lines.line_problem is null and lines.id_copy = 1 and lines.segment_copy = 1 and not lines.after_settled
+            as is_segment,
         case
             when lines.line_problem is not null then 'quarantined'
             when lines.id_copy > 1 or lines.segment_copy > 1 then 'duplicate'
+            when lines.after_settled then 'quarantined'
             when outcomes.message_status = 'complete' and outcomes.message_problem is not null then 'quarantined'
+            when outcomes.message_status = 'complete' then 'assembled'
             else outcomes.message_status
         end as status,
-        coalesce(
-            lines.line_problem, case when lines.id_copy = 1 and lines.segment_copy = 1 then outcomes.message_problem end
-        )
-            as quarantine_reason,
+        case
+            when lines.line_problem is not null then lines.line_problem
+            when lines.id_copy > 1 or lines.segment_copy > 1 then null
+            when lines.after_settled
+                then concat(
+                    'segment ', lines.segment_index, ' of logicalid ', lines.logicalid,
+                    ' landed after its message was complete or quarantined'
+                )
+            else outcomes.message_problem
+        end as quarantine_reason,
         lines.landed_record,
         lines._source_file,
         lines._batch_id,
-        lines._ingested_at
+        lines._ingested_at,
+        lines.row_key,
+        lines.waiting
     from lines
     left join outcomes
         on lines.event_source = outcomes.event_source and lines.logicalid = outcomes.logicalid
@@ -294,7 +418,9 @@ final as (
         event_id,
         event_source,
         logicalid,
-        cast(null as string) as commit_lsn,
+        -- a line's LSN: the one its logicalid names (staged lines are looked up by it)
+        case when logicalid rlike '{{ logicalid_pattern }}' then upper(element_at(split(logicalid, ':'), -2)) end
+            as commit_lsn,
         cast(null as decimal(20, 0)) as sequence_number,
         cast(null as string) as operation,  -- noqa: RF04
         cast(null as string) as source_database,
@@ -306,14 +432,19 @@ final as (
         cast(null as string) as current_image,
         cast(null as timestamp) as commit_time,
         cast(null as int) as segment_count,
+        segment_index,
+        is_segment,
         status,
         quarantine_reason,
-        landed_record,
+        -- a segment of a complete event needs its line no more (the event row carries the data)
+        case when status != 'assembled' then landed_record end as landed_record,
         _source_file,
         _batch_id,
-        _ingested_at
+        _ingested_at,
+        row_key
     from line_outcomes
-    where status != 'complete'
+    -- a line still waiting needs no update
+    where not (waiting and status = 'pending')
 )
 
 select * from final
