@@ -8,7 +8,7 @@ import pytest
 from runner import landing_writer
 from runner.project import tracked_tables
 from runner.simulate import Simulator, lsn_hex
-from tests.conftest import PROJECT_DIR
+from tests.conftest import PROJECT_DIR, last_execution, table_scans
 from tests.expected import current_state, history
 
 # the change-table demo tables (the CES demo table is exercised in tests/test_ces.py)
@@ -195,43 +195,6 @@ def test_a_change_landed_twice_fails_the_staging_test_but_quarantined_copies_do_
         pipeline.run()
 
 
-def _staged_scans(spark, after_execution: int, table: str) -> list[dict]:
-    """The scans of `table`'s data files (not its Delta log) by the Spark SQL executions after
-    `after_execution`, with the rows and files each read, from Spark's SQL status store."""
-    spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty()
-    store = spark._jsparkSession.sharedState().statusStore()
-    executions = store.executionsList()
-    scans = []
-    for i in range(executions.size()):
-        execution_id = executions.apply(i).executionId()
-        if execution_id <= after_execution:
-            continue
-        values = {}
-        entries = store.executionMetrics(execution_id).toSeq()
-        for j in range(entries.size()):
-            values[entries.apply(j)._1()] = entries.apply(j)._2()
-        nodes = store.planGraph(execution_id).allNodes()
-        for j in range(nodes.size()):
-            node = nodes.apply(j)
-            # a scan of the table's data files: `FileScan parquet spark_catalog.<schema>.<table>[...`
-            if not node.name().startswith("Scan") or f".{table}[" not in node.desc():
-                continue
-            metrics = node.metrics()
-            read = {}
-            for k in range(metrics.size()):
-                metric = metrics.apply(k)
-                if metric.name() in ("number of output rows", "number of files read"):
-                    read[metric.name()] = int(str(values.get(metric.accumulatorId(), "0")).replace(",", ""))
-            scans.append({"execution": execution_id, **read})
-    return scans
-
-
-def _last_execution(spark) -> int:
-    spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty()
-    executions = spark._jsparkSession.sharedState().statusStore().executionsList()
-    return max((executions.apply(i).executionId() for i in range(executions.size())), default=-1)
-
-
 def test_a_run_reads_only_its_batch_of_staged_rows_and_the_ledger_records_it(pipeline):
     """Three batches, a run after each: staging decodes each landed row once, every scan of the
     staged table during a later run reads only that run's batch (Spark's metrics), and the run
@@ -242,7 +205,7 @@ def test_a_run_reads_only_its_batch_of_staged_rows_and_the_ledger_records_it(pip
     for i in range(3):
         txs = sim.run(40)
         _land(pipeline, sim, txs, f"b{i}", first=i == 0)
-        before = _last_execution(spark)
+        before = last_execution(spark)
         summary = pipeline.run()
         _check_marts(pipeline, sim, txs[-1].commit_lsn)
         run = pipeline.rows("select * from {s}.cdc_runs order by run_id desc limit 1")[0]
@@ -263,7 +226,7 @@ def test_a_run_reads_only_its_batch_of_staged_rows_and_the_ledger_records_it(pip
         if i == 0:
             continue
         # every scan of the staged rows in this run (marts, checks, summary) read this batch only
-        scans = _staged_scans(spark, before, "stg_change_tables__customers")
+        scans = table_scans(spark, before, "stg_change_tables__customers")
         assert scans and max(s["number of output rows"] for s in scans) > 0, "the run did not read the staged table"
         staged_rows = pipeline.rows(f"select count(*) as n from {staged}")[0]["n"]
         assert staged_rows > landed  # reading every staged row would fail the next line

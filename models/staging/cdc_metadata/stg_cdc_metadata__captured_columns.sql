@@ -1,11 +1,17 @@
 -- cdc.captured_columns: the captured columns of each capture instance with their ordinals (the
 -- update-mask bit positions). Exports carry the change table's object_id; the capture instance
 -- comes from the row itself when the export added it, else from cdc.change_tables.
+-- An incremental Delta table: each landing batch's rows are decoded once and merged by capture
+-- instance and column (a later export replaces the stored row; a quarantined row never matches).
+{{ sqlserver_cdc._staged_table_config(
+    unique_key=['capture_instance', 'column_name'],
+    incremental_predicates=['DBT_INTERNAL_SOURCE.quarantine_reason is null and DBT_INTERNAL_DEST.quarantine_reason is null']
+) }}
+
 with
 
 landed_rows as (
-    select * from {{ source('cdc_raw', 'landed_rows') }}
-    where landing_kind = 'cdc_metadata' and entity = 'captured_columns'
+    {{ sqlserver_cdc._landed_since_last_batch("landing_kind = 'cdc_metadata' and entity = 'captured_columns'") }}
 ),
 
 change_tables as (
@@ -35,14 +41,16 @@ decoded as (
     from landed_rows
 ),
 
-final as (
-    select distinct
+resolved as (
+    select
         coalesce(decoded.capture_instance, change_tables.capture_instance) as capture_instance,
         decoded.column_name,
         decoded.column_type,
         decoded.column_ordinal,
         decoded.column_id,
         decoded.is_computed,
+        decoded._batch_id,
+        decoded._ingested_at,
         case
             when coalesce(decoded.capture_instance, change_tables.capture_instance) is null
                 then 'unknown capture instance (no capture_instance column and no matching object_id)'
@@ -52,6 +60,31 @@ final as (
     from decoded
     left join change_tables
         on decoded.object_id = change_tables.object_id
+),
+
+-- each capture instance's column from its latest landed export
+ranked as (
+    select
+        *,
+        row_number() over (
+            partition by capture_instance, column_name, quarantine_reason is null
+            order by _batch_id desc, _ingested_at desc
+        ) as _rank
+    from resolved
+),
+
+final as (
+    select distinct
+        capture_instance,
+        column_name,
+        column_type,
+        column_ordinal,
+        column_id,
+        is_computed,
+        _batch_id,
+        quarantine_reason
+    from ranked
+    where _rank = 1 or quarantine_reason is not null
 )
 
 select * from final

@@ -1,10 +1,16 @@
 -- cdc.change_tables: one row per capture instance, from its latest landed export. start_lsn is
 -- the low end of the validity interval (sys.fn_cdc_get_min_lsn), which cleanup moves forward.
+-- An incremental Delta table: each landing batch's rows are decoded once and merged by capture
+-- instance (a later export replaces the stored row; a quarantined row never matches).
+{{ sqlserver_cdc._staged_table_config(
+    unique_key='capture_instance',
+    incremental_predicates=['DBT_INTERNAL_SOURCE.quarantine_reason is null and DBT_INTERNAL_DEST.quarantine_reason is null']
+) }}
+
 with
 
 landed_rows as (
-    select * from {{ source('cdc_raw', 'landed_rows') }}
-    where landing_kind = 'cdc_metadata' and entity = 'change_tables'
+    {{ sqlserver_cdc._landed_since_last_batch("landing_kind = 'cdc_metadata' and entity = 'change_tables'") }}
 ),
 
 decoded as (

@@ -2,17 +2,9 @@
 -- once (latest landed); rows with a bad LSN or time are kept with their quarantine reason.
 -- An incremental Delta table: each landing batch's rows are decoded once and merged by commit
 -- LSN (a later export of a commit LSN replaces the stored row; a quarantined row never matches).
-{{ config(
-    materialized='incremental',
-    incremental_strategy='merge',
-    file_format='delta',
+{{ sqlserver_cdc._staged_table_config(
     unique_key='start_lsn',
-    incremental_predicates=[
-        'DBT_INTERNAL_SOURCE.quarantine_reason is null and DBT_INTERNAL_DEST.quarantine_reason is null'
-    ],
-    on_schema_change='fail',
-    pre_hook="{{ sqlserver_cdc._staged_through_hook() }}",
-    post_hook="{{ sqlserver_cdc._staged_through_hook(reset=true) }}"
+    incremental_predicates=['DBT_INTERNAL_SOURCE.quarantine_reason is null and DBT_INTERNAL_DEST.quarantine_reason is null']
 ) }}
 
 with
