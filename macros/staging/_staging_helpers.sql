@@ -59,6 +59,22 @@
     {{ return(run_query('select max(_batch_id) from ' ~ relation).columns[0].values()[0]) }}
 {%- endmacro %}
 
+{#- The complete events of a shared event model (stg_ces__events, stg_debezium__events) that
+    belong to tracked table t: by its declared topic (Debezium), else by source schema and table
+    (and database when declared), case-insensitively. -#}
+{% macro _event_route(t) -%}
+    status = 'complete'
+    {%- if t.channel == 'debezium' and t.topic %}
+        and topic = '{{ t.topic }}'
+    {%- else %}
+        and lower(source_schema) = '{{ t.source_schema | lower }}'
+        and lower(source_table) = '{{ t.source_table | lower }}'
+        {%- if t.source_database %}
+        and lower(source_database) = '{{ t.source_database | lower }}'
+        {%- endif %}
+    {%- endif %}
+{%- endmacro %}
+
 {#- The first landing batch whose lines stg_ces__events (relation) may still hold as pending: a
     split message waits at most orphan_after CES landing batches (counted up to the last batch
     staged), so its lines lie in the last orphan_after batches that landed CES lines up to that

@@ -17,21 +17,13 @@
 {%- set t = sqlserver_cdc.tracked_table(table_name) -%}
 {%- set keys = t.key | map('lower') | list -%}
 {{ sqlserver_cdc._staged_table_config() }}
-{%- set routed -%}
-    status = 'complete'
-        and lower(source_schema) = '{{ t.source_schema | lower }}'
-        and lower(source_table) = '{{ t.source_table | lower }}'
-        {%- if t.source_database %}
-        and lower(source_database) = '{{ t.source_database | lower }}'
-        {%- endif %}
-{%- endset %}
 with
 
 events as (
     select
         event_id, commit_lsn, sequence_number, operation, key_values, old_image, current_image, commit_time,
         landed_record, _source_file, _batch_id, _ingested_at
-    from ({{ sqlserver_cdc._landed_since_last_batch(routed, ref('stg_ces__events')) }}) as routed_events
+    from ({{ sqlserver_cdc._landed_since_last_batch(sqlserver_cdc._event_route(t), ref('stg_ces__events')) }}) as routed_events
 ),
 
 images as (

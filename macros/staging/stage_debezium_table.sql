@@ -20,25 +20,13 @@
 {%- set form = 'flattened' if t.debezium.flattened else 'envelope' -%}
 {%- set keys = t.key | map('lower') | list -%}
 {{ sqlserver_cdc._staged_table_config() }}
-{%- set routed -%}
-    status = 'complete'
-        {%- if t.topic %}
-        and topic = '{{ t.topic }}'
-        {%- else %}
-        and lower(source_schema) = '{{ t.source_schema | lower }}'
-        and lower(source_table) = '{{ t.source_table | lower }}'
-        {%- if t.source_database %}
-        and lower(source_database) = '{{ t.source_database | lower }}'
-        {%- endif %}
-        {%- endif %}
-{%- endset %}
 with
 
 events as (
     select
         event_id, event_form, commit_lsn, change_lsn, event_serial_no, operation, commit_time,
         before_values, after_values, column_types, landed_record, _source_file, _batch_id, _ingested_at
-    from ({{ sqlserver_cdc._landed_since_last_batch(routed, ref('stg_debezium__events')) }}) as routed_events
+    from ({{ sqlserver_cdc._landed_since_last_batch(sqlserver_cdc._event_route(t), ref('stg_debezium__events')) }}) as routed_events
 ),
 
 -- the row an event carries (after; before for a delete), each value with its encoding: the
