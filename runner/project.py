@@ -59,18 +59,22 @@ def copy_project(source: Path, destination: Path, tables: dict[str, dict], repla
     for name, table in removed.items():
         (destination / "models/staging" / table["channel"] / f"stg_{table['channel']}__{name}.sql").unlink()
         shutil.rmtree(destination / "models/marts" / name)
+        (destination / "models/intermediate" / f"int_{name}__transactions.sql").unlink()
     if replace:
         for yml in ("models/staging/change_tables/_change_tables__models.yml", "models/staging/ces/_ces__models.yml",
-                    "models/staging/debezium/_debezium__models.yml", "models/marts/_marts__models.yml"):
+                    "models/staging/debezium/_debezium__models.yml", "models/intermediate/_intermediate__models.yml",
+                    "models/marts/_marts__models.yml"):
             (destination / yml).unlink()
     elif removed:
         _drop_model_properties(destination, {model for name, table in removed.items() for model in (
-            f"stg_{table['channel']}__{name}", f"{name}_current", f"{name}_history")})
+            f"stg_{table['channel']}__{name}", f"int_{name}__transactions", f"{name}_current", f"{name}_history")})
     declared.update(tables)
     (destination / "dbt_project.yml").write_text(yaml.safe_dump(config, sort_keys=False))
     for name, table in tables.items():
         (destination / "models/staging" / table["channel"] / f"stg_{table['channel']}__{name}.sql").write_text(
             f"{{{{ sqlserver_cdc.{STAGING_MACROS[table['channel']]}('{name}') }}}}\n")
+        (destination / "models/intermediate" / f"int_{name}__transactions.sql").write_text(
+            f"{{{{ sqlserver_cdc.transactions('{name}') }}}}\n")
         (destination / "models/marts" / name).mkdir(parents=True, exist_ok=True)
         (destination / "models/marts" / name / f"{name}_current.sql").write_text(
             f"{{{{ sqlserver_cdc.current_state('{name}') }}}}\n")

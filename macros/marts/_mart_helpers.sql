@@ -12,35 +12,6 @@
     {{ return(t.channel != 'change_tables') }}
 {%- endmacro %}
 
-{#- The run's window as one row (lower_lsn, upper_lsn), computed once per mart run: lower is
-    the mart's watermark ('' on a first or full-refresh run), upper the run's bound for the
-    table's channel. On an incremental change-table run it also checks for a gap (see
-    _assert_no_gap) before anything is applied. Channels that recompute keys add the landing
-    batch the mart last applied (lower_batch) and the run's last landed batch (upper_batch). -#}
-{% macro _mart_bounds(t) -%}
-    {%- if sqlserver_cdc._recomputes_keys(t) %}
-    select
-        {{ sqlserver_cdc.mart_lower_lsn() if is_incremental() else "''" }} as lower_lsn,
-        {{ sqlserver_cdc.upper_lsn(t.channel) }} as upper_lsn,
-        {{ sqlserver_cdc.mart_lower_batch() if is_incremental() else "''" }} as lower_batch,
-        {{ sqlserver_cdc.upper_batch(t.channel) }} as upper_batch
-    {%- else %}
-    -- depends_on: {{ ref('stg_cdc_metadata__change_tables') }}
-    select
-        lower_lsn,
-        upper_lsn
-    from (
-        select
-            {{ sqlserver_cdc.mart_lower_lsn() if is_incremental() else "''" }} as lower_lsn,
-            {{ sqlserver_cdc.upper_lsn(t.channel) }} as upper_lsn,
-            {{ sqlserver_cdc.min_lsn(t.capture_instance) }} as available_lsn
-    )
-    {%- if is_incremental() %}
-    where {{ sqlserver_cdc._assert_no_gap(t, 'lower_lsn', 'available_lsn') }}
-    {%- endif %}
-    {%- endif %}
-{%- endmacro %}
-
 {#- The window of an incremental mart run, asked at execution time: {lower, upper, empty}, empty
     when the watermark has reached the run's upper bound (or nothing is mapped yet) and, for
     channels that recompute keys, no landing batch arrived since the mart's last run. none at
@@ -70,27 +41,39 @@
     {{ return({'lower': row[0], 'upper': row[1], 'empty': row[2]}) }}
 {%- endmacro %}
 
-{#- Keys a run of a key-recomputing mart rebuilds: those with a trusted event that arrived in a
-    landing batch after the mart's last run, or whose LSN is above its watermark (every key on
-    a first or full-refresh run). -#}
-{% macro _mart_touched(t) -%}
-    select distinct {% for k in t.key %}staged.{{ k }}{{ ', ' if not loop.last }}{% endfor %}
-    from {{ sqlserver_cdc._staging_ref(t) }} as staged
-    cross join bounds
-    where staged.quarantine_reason is null
-        and staged.commit_lsn <= bounds.upper_lsn
-        {%- if is_incremental() %}
-        and ((staged._batch_id > bounds.lower_batch and staged._batch_id <= bounds.upper_batch)
-            or staged.commit_lsn > bounds.lower_lsn)
-        {%- endif %}
+{#- An LSN or batch id of a window as a SQL literal (NULL when there is none). -#}
+{% macro _window_literal(value) -%}
+    {{ return("'" ~ value ~ "'" if value is not none else 'cast(null as string)') }}
 {%- endmacro %}
 
-{#- Changes a mart run processes. Change tables: trusted staged rows with
+{#- Keys whose transactions int_<table>__transactions rebuilds for a key-recomputing channel: those
+    with a trusted event up to the window's upper LSN that arrived in a landing batch after the
+    window's lower batch, or whose LSN is above its lower LSN (every key when the window starts
+    at ''). window: see _transactions_window (none at parse time). -#}
+{% macro _mart_touched(t, window) -%}
+    select distinct {% for k in t.key %}staged.{{ k }}{{ ', ' if not loop.last }}{% endfor %}
+    from {{ sqlserver_cdc._staging_ref(t) }} as staged
+    where staged.quarantine_reason is null
+    {%- if window is not none %}
+        and staged.commit_lsn <= {{ sqlserver_cdc._window_literal(window.upper_lsn) }}
+        {%- if window.lower_lsn != '' %}
+        and ((staged._batch_id > {{ sqlserver_cdc._window_literal(window.lower_batch) }}
+                and staged._batch_id <= {{ sqlserver_cdc._window_literal(window.upper_batch) }})
+            or staged.commit_lsn > {{ sqlserver_cdc._window_literal(window.lower_lsn) }})
+        {%- endif %}
+    {%- endif %}
+{%- endmacro %}
+
+{#- The changes int_<table>__transactions nets, with the window's bounds as literals (so Delta
+    skips the staged files outside them). Change tables: trusted staged rows with
     lower_lsn < commit_lsn <= upper_lsn, with their commit time from lsn_time_mapping (read for
-    the window's LSNs only). Key-recomputing channels: every trusted event up to
-    upper_lsn of the touched keys, in LSN order, with the columns an event did not carry filled
-    from the key's previous event (an insert starts afresh: what it does not carry is NULL). -#}
-{% macro _mart_changes(t, window=none) -%}
+    the window's LSNs only). Key-recomputing channels: every trusted event up to upper_lsn of the
+    touched keys, in LSN order, with the columns an event did not carry filled from the key's
+    previous event (an insert starts afresh: what it does not carry is NULL). window: see
+    _transactions_window (none at parse time, when the SQL is rendered only for its refs). -#}
+{% macro _mart_changes(t, window) -%}
+    {%- set lower = sqlserver_cdc._window_literal(window.lower_lsn if window is not none else '') -%}
+    {%- set upper = sqlserver_cdc._window_literal(window.upper_lsn if window is not none else none) -%}
     {%- if sqlserver_cdc._recomputes_keys(t) %}
     {%- set non_key = sqlserver_cdc._non_key_columns(t) %}
     select
@@ -117,13 +100,12 @@
                     rows between unbounded preceding and current row
                 ) as _life
             from {{ sqlserver_cdc._staging_ref(t) }} as staged
-            cross join bounds
-            {%- if is_incremental() %}
+            {%- if window is none or window.lower_lsn != '' %}
             left semi join touched
                 on {{ sqlserver_cdc._key_match(t, 'staged', 'touched') }}
             {%- endif %}
             where staged.quarantine_reason is null
-                and staged.commit_lsn <= bounds.upper_lsn
+                and staged.commit_lsn <= {{ upper }}
         )
         window carried as (
             partition by {{ t.key | join(', ') }}, _life order by commit_lsn, change_lsn
@@ -131,48 +113,43 @@
         )
     )
     {%- else %}
-    {%- set literal_window = window and not window.empty %}
     select staged.*, commit_times.tran_end_time as commit_time
     from {{ sqlserver_cdc._staging_ref(t) }} as staged
-    cross join bounds
     left join (
         select start_lsn, tran_end_time
         from {{ ref('stg_cdc_metadata__lsn_time_mapping') }}
         where quarantine_reason is null
-        {%- if literal_window %}
-            and start_lsn > '{{ window.lower }}' and start_lsn <= '{{ window.upper }}'
-        {%- endif %}
+            and start_lsn > {{ lower }} and start_lsn <= {{ upper }}
     ) as commit_times
         on staged.commit_lsn = commit_times.start_lsn
-    where
-        {%- if literal_window %}
-        staged.commit_lsn > '{{ window.lower }}'
-        and staged.commit_lsn <= '{{ window.upper }}'
-        and
-        {%- endif %}
-        staged.quarantine_reason is null
-        and staged.commit_lsn > bounds.lower_lsn
-        and staged.commit_lsn <= bounds.upper_lsn
+    where staged.quarantine_reason is null
+        and staged.commit_lsn > {{ lower }}
+        and staged.commit_lsn <= {{ upper }}
     {%- endif %}
 {%- endmacro %}
 
-{#- Gap detection: the mart needs every change after its watermark. If the capture instance's
-    validity interval (cdc.change_tables.start_lsn of the latest landed export) now starts above
-    the next LSN the mart needs, cleanup removed changes the mart never processed: fail the model
-    with the table, the missing range and the remedy instead of silently skipping them. -#}
-{% macro _assert_no_gap(t, lower, available) -%}
-    {%- set needed = sqlserver_cdc.lsn_increment(lower) -%}
-    (case
-        when {{ lower }} != '' and {{ needed }} < coalesce({{ available }}, '')
-            then raise_error(concat(
-                'gap detected for tracked table {{ t.name }} ({{ this.identifier }}): it needs changes from LSN ',
-                {{ needed }}, ' but capture instance {{ t.capture_instance }} now starts at ', {{ available }},
-                '; changes ', {{ needed }}, ' to ', {{ sqlserver_cdc.lsn_decrement(available) }},
-                ' were removed by cleanup before they were processed. Land a new snapshot and rebuild',
-                ' with: python -m runner run --full-refresh'
-            ))
-        else true
-    end)
+{#- The part of int_<table>__transactions a mart run applies. A change-table mart takes the
+    transactions above its own watermark (the intermediate starts at the lowest watermark of the
+    table's marts); a key-recomputing mart takes every row (each touched key's rebuilt
+    transactions and removal markers). The intermediate must be built in the same dbt
+    invocation: a run or build that selects a mart without it fails with the selector to use,
+    because the mart would apply a window the intermediate was not built for and its watermark
+    would pass changes it never saw. -#}
+{% macro _mart_transactions(t, window) -%}
+    {%- set name = 'int_' ~ t.name ~ '__transactions' -%}
+    {%- set relation = ref(name) -%}
+    {%- if execute and flags.WHICH in ('run', 'build', 'retry') -%}
+        {%- set nodes = graph.nodes.values() | selectattr('resource_type', 'equalto', 'model')
+            | selectattr('name', 'equalto', name) | list -%}
+        {%- if nodes and nodes[0].unique_id not in selected_resources -%}
+            {{ exceptions.raise_compiler_error(this.identifier ~ " applies " ~ name ~ ", which this " ~ flags.WHICH
+                ~ " does not build: select it too (e.g. dbt build --select +" ~ this.identifier ~ ")") }}
+        {%- endif -%}
+    {%- endif -%}
+    select * from {{ relation }}
+    {%- if is_incremental() and window is not none and not sqlserver_cdc._recomputes_keys(t) %}
+    where commit_lsn > '{{ window.lower }}'
+    {%- endif %}
 {%- endmacro %}
 
 {#- The captured columns of a tracked table that are not key columns, in declaration order. -#}

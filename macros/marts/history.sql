@@ -3,12 +3,13 @@
     in one transaction leaves nothing), with valid_from_lsn / valid_to_lsn, valid_from / valid_to
     (commit times), is_current, operation and changed_columns (from the update mask). A delete
     closes the open version; history_delete_versions: true also keeps an explicit deleted version.
-    Incremental (a Delta MERGE, one commit): new versions are combined with the stored versions
-    of the same keys that are still open after the watermark, validity is recomputed for those
-    keys only, and mart_merge_sql upserts the result by key and valid_from_lsn. Channels whose
-    events arrive late (CES, Debezium) rebuild every version of each key touched by newly arrived
-    events from all its events instead, so a late event is placed in LSN order; a stored version
-    of a touched key that the rebuild no longer has comes back as a removal row (operation NULL)
+    Read from int_<table>__transactions (see transactions). Incremental (a Delta MERGE, one
+    commit): the versions of the transactions above the watermark are combined with the stored
+    versions of the same keys that are still open after it, validity is recomputed for those keys
+    only, and mart_merge_sql upserts the result by key and valid_from_lsn. Channels whose events
+    arrive late (CES, Debezium) take every rebuilt transaction of each touched key instead, so a
+    late event is placed in LSN order; a stored version of a touched key that the rebuild no
+    longer has (after a removal marker: none at all) comes back as a removal row (operation NULL)
     that deletes it.
     history_columns (like "track history on"): an update whose mask touches none of those columns
     opens no version; it is folded into the open version, whose values become the latest values
@@ -21,7 +22,6 @@
 {%- set t = sqlserver_cdc.tracked_table(table_name) -%}
 {{ config(meta={'cdc_mart': 'history', 'cdc_table': table_name}) }}
 {%- do sqlserver_cdc._require_merge(t) -%}
-{%- set columns = t.columns | map(attribute='name') | list -%}
 {%- set non_key = sqlserver_cdc._non_key_columns(t) -%}
 {%- set version_columns = t.key + non_key + ['valid_from_lsn', 'valid_from', 'operation', 'changed_columns', 'is_deleted'] -%}
 {%- set out_columns = t.key + non_key + ['valid_from_lsn', 'valid_to_lsn', 'valid_from', 'valid_to', 'is_current', 'operation', 'changed_columns', 'is_deleted'] -%}
@@ -32,23 +32,8 @@ select {{ out_columns | join(', ') }} from {{ this }} where false
 {%- else %}
 with
 
-bounds as (
-    {{ sqlserver_cdc._mart_bounds(t) }}
-),
-{%- if recompute %}
-
-touched as (
-    {{ sqlserver_cdc._mart_touched(t) }}
-),
-{%- endif %}
-
-changes as (
-    {{ sqlserver_cdc._mart_changes(t, window) }}
-),
-
 transactions as (
-    select * from {{ sqlserver_cdc.net_changes('changes', t.key + ['commit_lsn'], columns, 'all with mask',
-        extra_columns=['commit_time'], max_mask_bytes=((t.columns | length) + 7) // 8) }}
+    {{ sqlserver_cdc._mart_transactions(t, window) }}
 ),
 
 new_versions as (
@@ -67,12 +52,13 @@ new_versions as (
         operation_code = 1 as is_deleted,
         1 as _priority
     from transactions
+    where operation_code is not null
 ),
 
 {%- if is_incremental() %}
 
 batch_keys as (
-    select distinct {{ t.key | join(', ') }} from {{ 'touched' if recompute else 'new_versions' }}
+    select distinct {{ t.key | join(', ') }} from {{ 'transactions' if recompute else 'new_versions' }}
 ),
 
 stored as (
@@ -91,8 +77,7 @@ recompute as (
     -- the stored versions the window can change: still open, or closed inside the window
     select {% for c in version_columns %}stored.{{ c }}, {% endfor %}0 as _priority
     from stored
-    cross join bounds
-    where stored.valid_to_lsn is null or stored.valid_to_lsn > bounds.lower_lsn
+    where stored.valid_to_lsn is null or stored.valid_to_lsn > '{{ window.lower if window is not none else '' }}'
     {%- endif %}
 ),
 

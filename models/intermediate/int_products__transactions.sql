@@ -1,0 +1,1 @@
+{{ sqlserver_cdc.transactions('products') }}
