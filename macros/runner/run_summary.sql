@@ -34,13 +34,18 @@
         {%- else %}
         cast(null as bigint) as lag_seconds,
         {%- endif %}
-        (select count(*) from {{ sqlserver_cdc._model_relation(name ~ '_current') }}) as current_rows,
-        (select count(*) from {{ sqlserver_cdc._model_relation(name ~ '_history') }}) as history_versions
+        {{ sqlserver_cdc._summary_count(name ~ '_current') }} as current_rows,
+        {{ sqlserver_cdc._summary_count(name ~ '_history') }} as history_versions
     -- the batches' rows only: Delta skips the staged files of other batches
     from (
+        {%- if not sqlserver_cdc._model_exists('stg_' ~ table.channel ~ '__' ~ name) %}
+        -- a first run that failed before staging the table
+        select cast(0 as bigint) as rows_landed, cast(0 as bigint) as quarantined
+        {%- else %}
         select count(*) as rows_landed, count_if(quarantine_reason is not null) as quarantined
         from {{ sqlserver_cdc._model_relation('stg_' ~ table.channel ~ '__' ~ name) }}
         where {{ batches }}
+        {%- endif %}
     ) as landed
     cross join (
         select count(*) as changes_applied
@@ -101,6 +106,26 @@
 {%- endmacro %}
 
 {#- A model's relation by name, from the graph (hooks have no ref). -#}
+{#- The row count of a model as a scalar subquery, 0 when its table does not exist (a first run
+    that failed before creating it). -#}
+{% macro _summary_count(name) -%}
+    {%- if sqlserver_cdc._model_exists(name) -%}
+    (select count(*) from {{ sqlserver_cdc._model_relation(name) }})
+    {%- else -%}
+    cast(0 as bigint)
+    {%- endif -%}
+{%- endmacro %}
+
+{#- Whether a model's relation exists (SHOW TABLES reads the metastore only). -#}
+{% macro _model_exists(name) -%}
+    {%- set node = graph.nodes.values() | selectattr('resource_type', 'equalto', 'model')
+        | selectattr('name', 'equalto', name) | first -%}
+    {%- if not execute or node is not defined or node is none -%}
+        {{ return(true) }}
+    {%- endif -%}
+    {{ return(run_query("show tables in " ~ node.schema ~ " like '" ~ node.alias ~ "'").rows | length > 0) }}
+{%- endmacro %}
+
 {% macro _model_relation(name) -%}
     {%- set node = graph.nodes.values() | selectattr('resource_type', 'equalto', 'model')
         | selectattr('name', 'equalto', name) | first -%}
