@@ -139,7 +139,7 @@ def _first_error_line(message: str | None) -> str:
     for line in lines:
         if "gap detected" in line or "validity interval" in line:
             return " - " + line[line.find("gap detected") if "gap detected" in line else 0:]
-    useful = [line for line in lines if line not in ("Runtime Error", "Database Error")]
+    useful = [line for line in lines if not re.fullmatch(r"(Compilation|Runtime|Database) Error( in .*)?", line)]
     return (" - " + useful[0][:300]) if useful else ""
 
 
