@@ -48,32 +48,27 @@
 
 {#- Keys whose transactions int_<table>__transactions rebuilds for a key-recomputing channel: those
     with a trusted event up to the window's upper LSN that arrived in a landing batch after the
-    window's lower batch, or whose LSN is above its lower LSN (every key when the window starts
-    at ''). window: see _transactions_window (none at parse time). -#}
+    window's lower batch, or whose LSN is above its lower LSN (every key when the window is not
+    scoped). window: see _transactions_window. -#}
 {% macro _mart_touched(t, window) -%}
     select distinct {% for k in t.key %}staged.{{ k }}{{ ', ' if not loop.last }}{% endfor %}
     from {{ sqlserver_cdc._staging_ref(t) }} as staged
     where staged.quarantine_reason is null
-    {%- if window is not none %}
-        and staged.commit_lsn <= {{ sqlserver_cdc._window_literal(window.upper_lsn) }}
-        {%- if window.lower_lsn != '' %}
-        and ((staged._batch_id > {{ sqlserver_cdc._window_literal(window.lower_batch) }}
-                and staged._batch_id <= {{ sqlserver_cdc._window_literal(window.upper_batch) }})
-            or staged.commit_lsn > {{ sqlserver_cdc._window_literal(window.lower_lsn) }})
+        and staged.commit_lsn <= {{ window.upper }}
+        {%- if window.scoped %}
+        and ((staged._batch_id > {{ window.lower_batch }} and staged._batch_id <= {{ window.upper_batch }})
+            or staged.commit_lsn > {{ window.lower }})
         {%- endif %}
-    {%- endif %}
 {%- endmacro %}
 
-{#- The changes int_<table>__transactions nets, with the window's bounds as literals (so Delta
-    skips the staged files outside them). Change tables: trusted staged rows with
-    lower_lsn < commit_lsn <= upper_lsn, with their commit time from lsn_time_mapping (read for
-    the window's LSNs only). Key-recomputing channels: every trusted event up to upper_lsn of the
-    touched keys, in LSN order, with the columns an event did not carry filled from the key's
-    previous event (an insert starts afresh: what it does not carry is NULL). window: see
-    _transactions_window (none at parse time, when the SQL is rendered only for its refs). -#}
+{#- The changes int_<table>__transactions nets. Change tables: trusted staged rows with
+    lower < commit_lsn <= upper, with their commit time from lsn_time_mapping (read for the
+    window's LSNs only). Key-recomputing channels: every trusted event up to upper of the touched
+    keys (all keys when the window is not scoped), in LSN order, with the columns an event did not
+    carry filled from the key's previous event (an insert starts afresh: what it does not carry is
+    NULL). window: see _transactions_window; a scoped window's bounds are literals, so Delta skips
+    the staged files outside them. -#}
 {% macro _mart_changes(t, window) -%}
-    {%- set lower = sqlserver_cdc._window_literal(window.lower_lsn if window is not none else '') -%}
-    {%- set upper = sqlserver_cdc._window_literal(window.upper_lsn if window is not none else none) -%}
     {%- if sqlserver_cdc._recomputes_keys(t) %}
     {%- set non_key = sqlserver_cdc._non_key_columns(t) %}
     select
@@ -100,12 +95,12 @@
                     rows between unbounded preceding and current row
                 ) as _life
             from {{ sqlserver_cdc._staging_ref(t) }} as staged
-            {%- if window is none or window.lower_lsn != '' %}
+            {%- if window.scoped %}
             left semi join touched
                 on {{ sqlserver_cdc._key_match(t, 'staged', 'touched') }}
             {%- endif %}
             where staged.quarantine_reason is null
-                and staged.commit_lsn <= {{ upper }}
+                and staged.commit_lsn <= {{ window.upper }}
         )
         window carried as (
             partition by {{ t.key | join(', ') }}, _life order by commit_lsn, change_lsn
@@ -119,25 +114,36 @@
         select start_lsn, tran_end_time
         from {{ ref('stg_cdc_metadata__lsn_time_mapping') }}
         where quarantine_reason is null
-            and start_lsn > {{ lower }} and start_lsn <= {{ upper }}
+            and start_lsn > {{ window.lower }} and start_lsn <= {{ window.upper }}
     ) as commit_times
         on staged.commit_lsn = commit_times.start_lsn
     where staged.quarantine_reason is null
-        and staged.commit_lsn > {{ lower }}
-        and staged.commit_lsn <= {{ upper }}
+        and staged.commit_lsn > {{ window.lower }}
+        and staged.commit_lsn <= {{ window.upper }}
     {%- endif %}
 {%- endmacro %}
 
 {#- The part of int_<table>__transactions a mart run applies. A change-table mart takes the
     transactions above its own watermark (the intermediate starts at the lowest watermark of the
     table's marts); a key-recomputing mart takes every row (each touched key's rebuilt
-    transactions and removal markers). The intermediate must be built in the same dbt
-    invocation: a run or build that selects a mart without it fails with the selector to use,
-    because the mart would apply a window the intermediate was not built for and its watermark
-    would pass changes it never saw. -#}
+    transactions and removal markers). -#}
 {% macro _mart_transactions(t, window) -%}
+    select * from {{ ref('int_' ~ t.name ~ '__transactions') }}
+    {%- if is_incremental() and window is not none and not sqlserver_cdc._recomputes_keys(t) %}
+    where commit_lsn > '{{ window.lower }}'
+    {%- endif %}
+{%- endmacro %}
+
+{#- A mart's intermediate must be built in the same dbt invocation: a run or build that selects
+    the mart without it fails with the selector to use, because the mart would apply a window the
+    intermediate was not built for and its watermark would pass changes it never saw. Change-table
+    marts also depend on lsn_time_mapping (their window's bound without a runner). -#}
+{% macro _require_transactions(t) -%}
     {%- set name = 'int_' ~ t.name ~ '__transactions' -%}
-    {%- set relation = ref(name) -%}
+    {%- if not sqlserver_cdc._recomputes_keys(t) %}
+    -- depends_on: {{ ref('stg_cdc_metadata__lsn_time_mapping') }}
+    {%- endif %}
+    -- depends_on: {{ ref(name) }}
     {%- if execute and flags.WHICH in ('run', 'build', 'retry') -%}
         {%- set nodes = graph.nodes.values() | selectattr('resource_type', 'equalto', 'model')
             | selectattr('name', 'equalto', name) | list -%}
@@ -146,10 +152,6 @@
                 ~ " does not build: select it too (e.g. dbt build --select +" ~ this.identifier ~ ")") }}
         {%- endif -%}
     {%- endif -%}
-    select * from {{ relation }}
-    {%- if is_incremental() and window is not none and not sqlserver_cdc._recomputes_keys(t) %}
-    where commit_lsn > '{{ window.lower }}'
-    {%- endif %}
 {%- endmacro %}
 
 {#- The captured columns of a tracked table that are not key columns, in declaration order. -#}

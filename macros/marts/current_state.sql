@@ -17,6 +17,7 @@
 {%- set t = sqlserver_cdc.tracked_table(table_name) -%}
 {{ config(meta={'cdc_mart': 'current_state', 'cdc_table': table_name}) }}
 {%- do sqlserver_cdc._require_merge(t) -%}
+{{ sqlserver_cdc._require_transactions(t) }}
 {%- set non_key = sqlserver_cdc._non_key_columns(t) -%}
 {%- set out_columns = t.key + non_key + ['commit_lsn', 'commit_time', 'operation', 'is_deleted'] -%}
 {%- set window = sqlserver_cdc._mart_window(t) -%}

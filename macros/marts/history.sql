@@ -22,6 +22,7 @@
 {%- set t = sqlserver_cdc.tracked_table(table_name) -%}
 {{ config(meta={'cdc_mart': 'history', 'cdc_table': table_name}) }}
 {%- do sqlserver_cdc._require_merge(t) -%}
+{{ sqlserver_cdc._require_transactions(t) }}
 {%- set non_key = sqlserver_cdc._non_key_columns(t) -%}
 {%- set version_columns = t.key + non_key + ['valid_from_lsn', 'valid_from', 'operation', 'changed_columns', 'is_deleted'] -%}
 {%- set out_columns = t.key + non_key + ['valid_from_lsn', 'valid_to_lsn', 'valid_from', 'valid_to', 'is_current', 'operation', 'changed_columns', 'is_deleted'] -%}

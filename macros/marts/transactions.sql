@@ -23,7 +23,6 @@
 {%- set out_columns = t.key + ['commit_lsn', 'operation_code', 'update_mask'] + non_key + ['commit_time'] -%}
 {%- set window = sqlserver_cdc._transactions_window(t) -%}
 {%- set recompute = sqlserver_cdc._recomputes_keys(t) -%}
-{%- set scoped = window is not none and window.lower_lsn != '' -%}
 {%- if not recompute %}
 -- depends_on: {{ ref('stg_cdc_metadata__change_tables') }}
 {%- endif %}
@@ -46,7 +45,7 @@ transactions as (
 
 final as (
     select {{ out_columns | join(', ') }} from transactions
-    {%- if recompute and scoped %}
+    {%- if recompute %}
     union all
     -- a touched key none of whose events nets to a change any more (an insert and its delete in
     -- one transaction, completed by a late event): the marts remove what they hold of it
@@ -61,61 +60,45 @@ final as (
 )
 
 select * from final
-{%- if window is not none and window.empty %}
+{%- if window.empty %}
 -- nothing to do for any mart of the table: no change is read
 where false
 {%- endif %}
 {%- endmacro %}
 
-{#- The window of a run of int_<table>__transactions, decided at execution from the watermarks of
-    the table's marts (the models with meta cdc_table = the table and cdc_mart) and the run's
-    bound: {lower_lsn, upper_lsn, lower_batch, upper_batch, empty}. lower_lsn is the lowest of
-    the marts' watermarks, '' (the whole staged history) when one of them is built in full: a
-    --full-refresh run, a mart that does not exist yet, or one that never advanced. upper_lsn is
-    none when nothing is mapped or landed yet. A change-table window that starts where cleanup
-    has already removed changes fails with the gap, the missing range and the remedy. none at
-    parse time. -#}
+{#- The window of a run of int_<table>__transactions as SQL expressions: {lower, upper,
+    lower_batch, upper_batch, scoped, empty}, decided from the watermarks of the table's marts
+    (the models with meta cdc_table = the table and cdc_mart) and the run's bound.
+    - Scoped (every mart exists, has a watermark and is built incrementally): lower is the lowest
+      of the marts' watermarks and every bound a literal, read once at execution, so Delta skips
+      the staged files outside them; empty when no mart has anything to take in. A change-table
+      window that starts where cleanup has already removed changes fails with the gap, the
+      missing range and the remedy.
+    - Otherwise (a --full-refresh run, a mart that does not exist yet or never advanced) the
+      whole staged history up to the run's bound, which stays a subquery: nothing is read at
+      compile time, so `dbt compile` and `dbt docs generate` work on an empty warehouse.
+    At parse time: lower '', upper NULL (the SQL is rendered only for its refs). -#}
 {% macro _transactions_window(t) -%}
+    {%- set recompute = sqlserver_cdc._recomputes_keys(t) -%}
+    {%- set whole = {'lower': "''", 'lower_batch': "''", 'scoped': false, 'empty': false,
+        'upper': sqlserver_cdc.upper_lsn(t.channel) if execute else 'cast(null as string)',
+        'upper_batch': sqlserver_cdc.upper_batch(t.channel) if execute and recompute else 'cast(null as string)'} -%}
     {%- if not execute -%}
-        {{ return(none) }}
+        {{ return(whole) }}
     {%- endif -%}
     {%- set marts = [] -%}
     {%- for node in graph.nodes.values() if node.resource_type == 'model'
         and node.config.meta.get('cdc_table') == t.name and node.config.meta.get('cdc_mart') -%}
-        {%- do marts.append(node) -%}
-    {%- endfor -%}
-    {%- set ns = namespace(full=marts | length == 0) -%}
-    {%- for node in marts -%}
         {%- set refresh = node.config.full_refresh if node.config.full_refresh is not none else flags.FULL_REFRESH -%}
-        {%- set listed = run_query("show tables in " ~ node.schema ~ " like '" ~ node.alias ~ "'") -%}
-        {%- if refresh or listed.rows | length == 0 -%}
-            {%- set ns.full = true -%}
+        {%- if refresh or run_query("show tables in " ~ node.schema ~ " like '" ~ node.alias ~ "'").rows | length == 0 -%}
+            {{ return(whole) }}
         {%- endif -%}
+        {%- do marts.append(node.alias) -%}
     {%- endfor -%}
-    {%- set recompute = sqlserver_cdc._recomputes_keys(t) -%}
-    {%- set names = marts | map(attribute='alias') | list -%}
+    {%- if not marts -%}
+        {{ return(whole) }}
+    {%- endif -%}
     {%- set query -%}
-        with marks as (
-            select model_name, coalesce(max_by(watermark_lsn, recorded_at), '') as lsn,
-                coalesce(max_by(watermark_batch, recorded_at), '') as batch
-            from {{ sqlserver_cdc.watermark_relation() }}
-            where model_name in ('{{ names | join("', '") }}')
-            group by model_name
-        ),
-
-        bounds as (
-            select
-                {%- if ns.full %}
-                '' as lower_lsn, '' as lower_batch,
-                {%- else %}
-                (select if(count(*) = {{ names | length }}, min(lsn), '') from marks) as lower_lsn,
-                (select if(count(*) = {{ names | length }}, min(batch), '') from marks) as lower_batch,
-                {%- endif %}
-                {{ sqlserver_cdc.upper_lsn(t.channel) }} as upper_lsn,
-                {{ sqlserver_cdc.upper_batch(t.channel) if recompute else 'cast(null as string)' }} as upper_batch,
-                {{ 'cast(null as string)' if recompute else sqlserver_cdc.min_lsn(t.capture_instance) }} as available_lsn
-        )
-
         select
             lower_lsn, upper_lsn, lower_batch, upper_batch,
             coalesce(lower_lsn >= upper_lsn, true)
@@ -124,7 +107,25 @@ where false
             {{ sqlserver_cdc.lsn_increment('lower_lsn') }} as needed_lsn,
             available_lsn,
             {{ sqlserver_cdc.lsn_decrement('available_lsn') }} as removed_to_lsn
-        from bounds
+        from (
+            -- the marts' latest watermarks: '' unless each of them has one
+            select
+                if(count(*) = {{ marts | length }}, min(lsn), '') as lower_lsn,
+                if(count(*) = {{ marts | length }}, min(batch), '') as lower_batch
+            from (
+                select coalesce(max_by(watermark_lsn, recorded_at), '') as lsn,
+                    coalesce(max_by(watermark_batch, recorded_at), '') as batch
+                from {{ sqlserver_cdc.watermark_relation() }}
+                where model_name in ('{{ marts | join("', '") }}')
+                group by model_name
+            )
+        ) as marks
+        cross join (
+            select
+                {{ whole.upper }} as upper_lsn,
+                {{ whole.upper_batch }} as upper_batch,
+                {{ 'cast(null as string)' if recompute else sqlserver_cdc.min_lsn(t.capture_instance) }} as available_lsn
+        ) as bounds
     {%- endset -%}
     {%- set row = run_query(query).rows[0] -%}
     {%- if row['gap'] -%}
@@ -133,6 +134,8 @@ where false
             ~ '; changes ' ~ row['needed_lsn'] ~ ' to ' ~ row['removed_to_lsn'] ~ ' were removed by cleanup before they'
             ~ ' were processed. Land a new snapshot and rebuild with: python -m runner run --full-refresh') }}
     {%- endif -%}
-    {{ return({'lower_lsn': row['lower_lsn'], 'upper_lsn': row['upper_lsn'], 'lower_batch': row['lower_batch'],
-        'upper_batch': row['upper_batch'], 'empty': row['empty']}) }}
+    {%- set literal = sqlserver_cdc._window_literal -%}
+    {{ return({'lower': literal(row['lower_lsn']), 'upper': literal(row['upper_lsn']),
+        'lower_batch': literal(row['lower_batch']), 'upper_batch': literal(row['upper_batch']),
+        'scoped': row['lower_lsn'] != '', 'empty': row['empty']}) }}
 {%- endmacro %}
