@@ -89,9 +89,8 @@ def test_gap_stops_the_run_naming_table_range_and_remedy(pipeline):
                          "where model_name = 'customers_current'")
     assert rows == [{"w": lsn_hex(first[-1].commit_lsn)}]
     # a mart built without its intermediate would apply a window nobody netted: refused by name
-    dbt = Dbt(pipeline.project_dir, "local", {"cdc_raw_schema": pipeline.target.raw_schema, "cdc_runner": True,
-                                               "cdc_checks": "batch"})
-    failed = dbt.build(["customers_current"], False)
+    failed = Dbt(pipeline.project_dir, "local", {"cdc_raw_schema": pipeline.target.raw_schema}).build(
+        ["customers_current"], False)
     assert any("customers_current applies int_customers__transactions, which this build does not build: select it "
                "too (e.g. dbt build --select +customers_current)" in f for f in failed), failed
     assert pipeline.rows("select max_by(watermark_lsn, recorded_at) as w from {s}.cdc_watermarks "
