@@ -93,6 +93,10 @@ def test_full_refresh_equals_incremental(pipeline):
     refreshed = {t.name: pipeline.table(f"{t.name}_history", ", ".join(t.key) + ", valid_from_lsn") for t in TABLES}
     assert incremental == refreshed
     _check_marts(pipeline, sim, sim.transactions[-1].commit_lsn)
+    # the runbook's rebuild of one table: its intermediate and both marts, from its staged changes
+    pipeline.run(full_refresh=True, select=["int_customers__transactions+"])
+    assert pipeline.table("customers_history", "customer_id, valid_from_lsn") == refreshed["customers"]
+    _check_marts(pipeline, sim, sim.transactions[-1].commit_lsn)
     # the audit runs every data test on whole tables: it passes, then catches a second current
     # version of a key that no batch-scoped check of a later run would look at
     from runner.cli import main
