@@ -90,7 +90,7 @@ where false
     {%- for node in graph.nodes.values() if node.resource_type == 'model'
         and node.config.meta.get('cdc_table') == t.name and node.config.meta.get('cdc_mart') -%}
         {%- set refresh = node.config.full_refresh if node.config.full_refresh is not none else flags.FULL_REFRESH -%}
-        {%- if refresh or run_query("show tables in " ~ node.schema ~ " like '" ~ node.alias ~ "'").rows | length == 0 -%}
+        {%- if refresh or adapter.get_relation(database=node.database, schema=node.schema, identifier=node.alias) is none -%}
             {{ return(whole) }}
         {%- endif -%}
         {%- do marts.append(node.alias) -%}
