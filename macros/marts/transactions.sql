@@ -75,15 +75,17 @@ where false
       window that starts where cleanup has already removed changes fails with the gap, the
       missing range and the remedy.
     - Otherwise (a --full-refresh run, a mart that does not exist yet or never advanced) the
-      whole staged history up to the run's bound, which stays a subquery: nothing is read at
-      compile time, so `dbt compile` and `dbt docs generate` work on an empty warehouse.
+      whole staged history up to the run's bound, which stays a subquery.
+    Only `dbt run`/`build` (and `retry`) read the warehouse here, when the model executes: `dbt
+    compile`, `dbt docs generate` and the linter render the whole-history form and need no
+    connection (house style: bounds reach models as subqueries or literals read at execution).
     At parse time: lower '', upper NULL (the SQL is rendered only for its refs). -#}
 {% macro _transactions_window(t) -%}
     {%- set recompute = sqlserver_cdc._recomputes_keys(t) -%}
     {%- set whole = {'lower': "''", 'lower_batch': "''", 'scoped': false, 'empty': false,
         'upper': sqlserver_cdc.upper_lsn(t.channel) if execute else 'cast(null as string)',
         'upper_batch': sqlserver_cdc.upper_batch(t.channel) if execute and recompute else 'cast(null as string)'} -%}
-    {%- if not execute -%}
+    {%- if not execute or flags.WHICH not in ('run', 'build', 'retry') -%}
         {{ return(whole) }}
     {%- endif -%}
     {%- set marts = [] -%}
