@@ -118,16 +118,16 @@ def _models_yml(tables: dict[str, dict]) -> str:
     for name, t in tables.items():
         key, columns = t["key"], [c["name"] for c in t["columns"]]
         models += [
-            {"name": f"stg_change_tables__{name}", "data_tests": [{"sqlserver_cdc.unique_key": {
+            {"name": f"stg_change_tables__{name}", "data_tests": [{"sqlserver_cdc.primary_key": {
                 "arguments": {"columns": ["change_lsn", "operation_code", *key],
                               "counted_where": "quarantine_reason is null"},
                 "config": {"where": "__cdc_batch_lsns__"}}}]},
-            {"name": f"{name}_current", "data_tests": [{"sqlserver_cdc.unique_key": {
+            {"name": f"{name}_current", "data_tests": [{"sqlserver_cdc.primary_key": {
                 "arguments": {"columns": key}, "config": {"where": "commit_lsn > __cdc_watermark__"}}}]},
             {"name": f"{name}_history", "data_tests": [
-                {"sqlserver_cdc.unique_key": {"arguments": {"columns": [*key, "valid_from_lsn"]},
+                {"sqlserver_cdc.primary_key": {"arguments": {"columns": [*key, "valid_from_lsn"]},
                                               "config": {"where": "valid_from_lsn > __cdc_watermark__"}}},
-                {"sqlserver_cdc.unique_key": {"arguments": {"columns": key},
+                {"sqlserver_cdc.primary_key": {"arguments": {"columns": key},
                                               "config": {"where": "is_current", "tags": ["cdc_audit"]}}},
                 {"sqlserver_cdc.history_is_contiguous": {"arguments": {"key": key}, "config": {"tags": ["cdc_audit"]}}},
                 {"sqlserver_cdc.equal_rowsets": {

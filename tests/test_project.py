@@ -37,7 +37,7 @@ def test_every_model_has_a_key_test():
     manifest = json.loads((PROJECT_DIR / "target/manifest.json").read_text())
     tested = set()
     for node in manifest["nodes"].values():
-        if node["resource_type"] == "test" and node.get("test_metadata", {}).get("name") in ("unique_key", "unique"):
+        if node["resource_type"] == "test" and node.get("test_metadata", {}).get("name") in ("primary_key", "unique"):
             tested.update(node["depends_on"]["nodes"])
     # the intermediates are keyed by construction (grouped by key and commit LSN) and checked
     # through both marts' key tests: a test of their own would cost every run a query
