@@ -1,6 +1,6 @@
-"""Mart behaviour at the edges: batch boundaries inside a transaction's rows, empty and
-delete-only batches, re-inserts and key changes, gap detection, time travel, the options, and
-the MERGE that applies a small batch with deletion vectors. (Runs killed at any instant:
+"""Mart behaviour at the edges: batch boundaries inside a transaction's rows, delete-only
+batches, re-inserts and key changes, gap detection, the options, and the MERGE that applies a
+small batch with deletion vectors (as_of: tests/test_pipeline.py). (Runs killed at any instant:
 tests/test_faults.py.)"""
 
 from __future__ import annotations
@@ -43,23 +43,22 @@ def test_batch_boundary_inside_a_transaction_waits_for_its_commit(pipeline):
     _check_marts(pipeline, sim, big.commit_lsn)
 
 
-def test_empty_delete_only_reinsert_and_key_change_batches(pipeline):
+def test_delete_only_reinsert_and_key_change_batches(pipeline):
+    """Batches of one kind of change each (an empty batch: tests/test_pipeline.py's re-run)."""
     sim = Simulator(TABLES, seed=43)
     _land(pipeline, sim, sim.run(40), "b1", first=True)
     pipeline.run()
-    pipeline.run()  # an empty batch: nothing landed, nothing changes
     _check_marts(pipeline, sim, sim.transactions[-1].commit_lsn)
     batches = {
         "deletes": ("delete",),
         "reinserts": ("reinsert",),
         "key_changes": ("pk_update",),
-        "mixed": None,
     }
     for name, kinds in batches.items():
         txs = [sim.transaction(statements=2, kinds=kinds) for _ in range(6)]
         operations = {r.operation for tx in txs for rows in tx.changes.values() for r in rows}
-        expected = {"deletes": {1}, "reinserts": {2}, "key_changes": {1, 2}}.get(name)
-        assert expected is None or operations == expected, (name, operations)
+        expected = {"deletes": {1}, "reinserts": {2}, "key_changes": {1, 2}}[name]
+        assert operations == expected, (name, operations)
         _land(pipeline, sim, txs, name)
         pipeline.run()
         _check_marts(pipeline, sim, txs[-1].commit_lsn)
@@ -97,44 +96,11 @@ def test_gap_stops_the_run_naming_table_range_and_remedy(pipeline):
                          "where model_name = 'customers_current'") == rows
 
 
-def test_as_of_returns_the_state_at_an_lsn_or_a_time(pipeline, render):
-    from tests.expected import current_state
-
-    sim = Simulator(TABLES, seed=59)
-    txs = sim.run(40)
-    _land(pipeline, sim, txs, "b1", first=True)
-    pipeline.run()
-    spec = next(t for t in TABLES if t.name == "order_lines")
-    for tx in (txs[5], txs[22], txs[-1]):
-        expected = current_state(spec, sim.transactions, tx.commit_lsn)
-        by_lsn = render(f"select * from {{{{ sqlserver_cdc.as_of('order_lines', lsn=\"'{lsn_hex(tx.commit_lsn)}'\") }}}}")
-        at = f"timestamp'{tx.end_time.isoformat(sep=' ')}'"
-        by_time = render(f"select * from {{{{ sqlserver_cdc.as_of('order_lines', at=\"{at}\") }}}}")
-        for got in (by_lsn, by_time):
-            assert {(r["order_id"], r["line_no"]): r["quantity"] for r in got} == \
-                {k: v["quantity"] for k, v in expected.items()}
-
-
-def test_soft_deletes_and_explicit_delete_versions(spark, tmp_path):
-    import uuid
-
-    import yaml
-
-    from tests.conftest import EVENT_TABLES, PROJECT_DIR, Pipeline, copy_project
+def _check_soft_deletes(pipeline, sim, spec) -> None:
+    """With soft_deletes and history_delete_versions: a deleted key stays in the current state
+    flagged, and its history ends with a version for the delete."""
     from tests.expected import transaction_versions
 
-    declared = yaml.safe_load((PROJECT_DIR / "dbt_project.yml").read_text())["vars"]["cdc_tracked_tables"]
-    options = {"soft_deletes": True, "history_delete_versions": True}
-    project = copy_project(tmp_path / "project", {"customers": {**declared["customers"], **options}},
-                           drop=EVENT_TABLES)
-    (tmp_path / "landing").mkdir()
-    pipeline = Pipeline(spark, "t_" + uuid.uuid4().hex[:8], tmp_path / "landing", project_dir=project)
-    sim = Simulator(TABLES, seed=61)
-    _land(pipeline, sim, sim.run(40), "b1", first=True)
-    pipeline.run()
-    _land(pipeline, sim, [sim.transaction(statements=3, kinds=("delete",)) for _ in range(4)], "b2")
-    pipeline.run()
-    spec = next(t for t in TABLES if t.name == "customers")
     versions = transaction_versions(spec, sim.transactions)
     current = {(r["customer_id"],): r for r in pipeline.table("customers_current", "customer_id")}
     assert set(current) == set(versions)
@@ -151,14 +117,13 @@ def test_soft_deletes_and_explicit_delete_versions(spark, tmp_path):
             following = vs[i + 1][0] if i + 1 < len(vs) else None
             want.append((key, lsn, op, op == "delete", following, following is None and op != "delete"))
     assert got == want
-    # the order_lines declaration kept the defaults: no deleted rows anywhere
-    assert pipeline.rows("select count(*) as n from {s}.order_lines_current where is_deleted")[0]["n"] == 0
 
 
-HISTORY_COLUMNS = {"customers": ["credit_limit", "IS_ACTIVE"], "order_lines": ["quantity"]}
-
-
-def test_history_on_chosen_columns_folds_other_updates_into_the_open_version(spark, tmp_path):
+def test_table_options_soft_deletes_delete_versions_and_history_on_chosen_columns(spark, tmp_path):
+    """One project with the options: customers keeps deleted keys (soft_deletes) and a version
+    per delete (history_delete_versions); order_lines keeps history on chosen columns only
+    (history_columns, names matched case-insensitively), folding other updates into the open
+    version, also across runs and under a full refresh."""
     import uuid
 
     import yaml
@@ -168,25 +133,32 @@ def test_history_on_chosen_columns_folds_other_updates_into_the_open_version(spa
 
     declared = yaml.safe_load((PROJECT_DIR / "dbt_project.yml").read_text())["vars"]["cdc_tracked_tables"]
     project = copy_project(tmp_path / "project", {
-        name: {**declared[name], "history_columns": columns} for name, columns in HISTORY_COLUMNS.items()},
-        drop=EVENT_TABLES)
+        "customers": {**declared["customers"], "soft_deletes": True, "history_delete_versions": True},
+        "order_lines": {**declared["order_lines"], "history_columns": ["QUANTITY", "unit_price"]},
+    }, drop=EVENT_TABLES)
     (tmp_path / "landing").mkdir()
     pipeline = Pipeline(spark, "t_" + uuid.uuid4().hex[:8], tmp_path / "landing", project_dir=project)
-    tracked = {name: [c.lower() for c in columns] for name, columns in HISTORY_COLUMNS.items()}
+    customers, order_lines = (next(t for t in TABLES if t.name == name) for name in ("customers", "order_lines"))
+    tracked = {"order_lines": ["quantity", "unit_price"]}
     sim = Simulator(TABLES, seed=67)
     _land(pipeline, sim, sim.run(60), "b1", first=True)
     pipeline.run()
-    _check_marts(pipeline, sim, sim.transactions[-1].commit_lsn, tracked)
-    # later batches fold untracked updates into versions stored by earlier runs
-    for batch in ("b2", "b3"):
-        _land(pipeline, sim, [sim.transaction(statements=3, kinds=("update",)) for _ in range(12)] + sim.run(8), batch)
-        pipeline.run()
-        _check_marts(pipeline, sim, sim.transactions[-1].commit_lsn, tracked)
-    for spec in TABLES:  # the option made a difference: some updates were folded
-        assert len(history(spec, sim.transactions, None, tracked[spec.name])) < len(history(spec, sim.transactions))
-    # the full refresh gives the same history
+    _check_marts(pipeline, sim, sim.transactions[-1].commit_lsn, tracked, tables=[order_lines])
+    # a later batch folds untracked updates into versions stored by the first run, and deletes
+    _land(pipeline, sim, [sim.transaction(statements=3, kinds=("update",)) for _ in range(16)] + sim.run(8)
+          + [sim.transaction(statements=3, kinds=("delete",)) for _ in range(4)], "b2")
+    pipeline.run()
+    _check_marts(pipeline, sim, sim.transactions[-1].commit_lsn, tracked, tables=[order_lines])
+    _check_soft_deletes(pipeline, sim, customers)
+    # the option made a difference: some updates were folded
+    assert len(history(order_lines, sim.transactions, None, tracked["order_lines"])) < len(
+        history(order_lines, sim.transactions))
+    # order_lines kept the default delete handling: no deleted rows
+    assert pipeline.rows("select count(*) as n from {s}.order_lines_current where is_deleted")[0]["n"] == 0
+    # the full refresh gives the same marts
     pipeline.run(full_refresh=True)
-    _check_marts(pipeline, sim, sim.transactions[-1].commit_lsn, tracked)
+    _check_marts(pipeline, sim, sim.transactions[-1].commit_lsn, tracked, tables=[order_lines])
+    _check_soft_deletes(pipeline, sim, customers)
 
 
 @pytest.mark.parametrize("columns, message", [

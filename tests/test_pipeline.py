@@ -49,40 +49,6 @@ def _check_marts(pipeline, sim, upper, history_columns=None, tables=None, transa
                 assert row[column] == value, f"{spec.name}_history {key} {column}: {row[column]!r} != {value!r}"
 
 
-def test_batches_build_marts_equal_to_source(pipeline):
-    sim = Simulator(TABLES, seed=11)
-    first = sim.run(120)
-    _land(pipeline, sim, first, "b1", first=True)
-    summary = pipeline.run()
-    _check_marts(pipeline, sim, first[-1].commit_lsn)
-    assert {r["lsn_reached"] for r in summary if r["tracked_table"] in NAMES} == {lsn_hex(first[-1].commit_lsn)}
-    assert all(r["quarantined"] == 0 for r in summary)
-
-    second = sim.run(80)
-    _land(pipeline, sim, second, "b2")
-    summary = pipeline.run()
-    _check_marts(pipeline, sim, second[-1].commit_lsn)
-    applied = {r["tracked_table"]: r["changes_applied"] for r in summary}
-    for spec in TABLES:
-        rows = [r for tx in second for r in tx.changes.get(spec.name, []) if r.operation != 3]
-        assert applied[spec.name] == len(rows)
-
-
-def test_rerun_over_same_files_is_idempotent(pipeline):
-    sim = Simulator(TABLES, seed=5)
-    txs = sim.run(60)
-    _land(pipeline, sim, txs, "b1", first=True)
-    pipeline.run()
-    before = {t.name: pipeline.table(f"{t.name}_history", ", ".join(t.key) + ", valid_from_lsn") for t in TABLES}
-    summary = pipeline.run()
-    assert all(r["rows_landed"] == 0 and r["changes_applied"] == 0 for r in summary)
-    after = {t.name: pipeline.table(f"{t.name}_history", ", ".join(t.key) + ", valid_from_lsn") for t in TABLES}
-    assert before == after
-    assert pipeline.rows("select count(*) as n from {s}_raw.landed_rows")[0]["n"] == sum(
-        len(r) for tx in txs for r in tx.changes.values()) + len(txs) + 2 + sum(len(t.columns) for t in TABLES)
-    _check_marts(pipeline, sim, txs[-1].commit_lsn)
-
-
 def test_full_refresh_equals_incremental(pipeline):
     sim = Simulator(TABLES, seed=23)
     for i in range(3):
@@ -134,11 +100,22 @@ def test_malformed_rows_are_quarantined_and_good_rows_flow(pipeline):
     _check_marts(pipeline, sim, txs[-1].commit_lsn)
 
 
-def test_lsn_time_mapping_macros_and_window_validation(pipeline, render):
+def test_lsn_time_mapping_as_of_and_window_validation_macros(pipeline, render):
     sim = Simulator(TABLES, seed=31)
-    txs = sim.run(25)
+    txs = sim.run(40)
     _land(pipeline, sim, txs, "b1", first=True)
     pipeline.run()
+    # as_of: the state at an LSN or a time, from history
+    spec = next(t for t in TABLES if t.name == "order_lines")
+    for tx in (txs[5], txs[22], txs[-1]):
+        expected = current_state(spec, sim.transactions, tx.commit_lsn)
+        by_lsn = render(f"select * from {{{{ sqlserver_cdc.as_of('order_lines', lsn=\"'{lsn_hex(tx.commit_lsn)}'\") }}}}")
+        at = f"timestamp'{tx.end_time.isoformat(sep=' ')}'"
+        by_time = render(f"select * from {{{{ sqlserver_cdc.as_of('order_lines', at=\"{at}\") }}}}")
+        for got in (by_lsn, by_time):
+            assert {(r["order_id"], r["line_no"]): r["quantity"] for r in got} == \
+                {k: v["quantity"] for k, v in expected.items()}
+    # the LSN <-> time mapping functions
     t = txs[10]
     at = f"timestamp'{t.end_time.isoformat(sep=' ')}'"
     rows = render(
@@ -195,23 +172,27 @@ def test_a_change_landed_twice_fails_the_staging_test_but_quarantined_copies_do_
     # the same export landed again under another name: the staging uniqueness test stops the run
     shutil.copy(pipeline.landing / "change_tables/dbo_customers/b1.parquet",
                 pipeline.landing / "change_tables/dbo_customers/b1-again.parquet")
-    with pytest.raises(PipelineFailed, match="unique_key_stg_change_tables__customers"):
+    with pytest.raises(PipelineFailed, match="primary_key_stg_change_tables__customers"):
         pipeline.run()
 
 
-def test_a_run_reads_only_its_batch_of_staged_rows_and_the_ledger_records_it(pipeline):
-    """Three batches, a run after each: staging decodes each landed row once, every scan of the
-    staged table during a later run reads only that run's batch (Spark's metrics), and the run
-    ledger holds one succeeded row per run with what it landed and applied."""
+def test_batches_build_marts_equal_to_source_reading_only_their_batch_and_a_rerun_changes_nothing(pipeline):
+    """Three batches, a run after each: the marts equal the source at the run's bound, each run
+    applies its batch's changes; staging decodes each landed row once, every scan of the staged
+    table during a later run reads only that run's batch (Spark's metrics), and the run ledger
+    holds one succeeded row per run with what it landed and applied. A run over the same files
+    then lands and changes nothing."""
     sim = Simulator(TABLES, seed=29)
     spark = pipeline.spark
     staged = f"{pipeline.schema}.stg_change_tables__customers"
-    for i in range(3):
-        txs = sim.run(40)
+    for i, size in enumerate((120, 40, 40)):
+        txs = sim.run(size)
         _land(pipeline, sim, txs, f"b{i}", first=i == 0)
         before = last_execution(spark)
         summary = pipeline.run()
         _check_marts(pipeline, sim, txs[-1].commit_lsn)
+        assert {r["lsn_reached"] for r in summary if r["tracked_table"] in NAMES} == {lsn_hex(txs[-1].commit_lsn)}
+        assert all(r["quarantined"] == 0 for r in summary)
         run = pipeline.rows("select * from {s}.cdc_runs order by run_id desc limit 1")[0]
         batch_rows = pipeline.rows(f"select count(*) as n from {staged} where _batch_id = '{run['run_id']}'")[0]["n"]
         landed = sum(len(tx.changes.get("customers", [])) for tx in txs)
@@ -229,6 +210,9 @@ def test_a_run_reads_only_its_batch_of_staged_rows_and_the_ledger_records_it(pip
         assert tables["customers"]["rows_landed"] == landed == {r["tracked_table"]: r for r in summary}["customers"]["rows_landed"]
         if i == 0:
             continue
+        applied = {r["tracked_table"]: r["changes_applied"] for r in summary}
+        for spec in TABLES:
+            assert applied[spec.name] == sum(1 for tx in txs for r in tx.changes.get(spec.name, []) if r.operation != 3)
         # every scan of the staged rows in this run (marts, checks, summary) read this batch only
         scans = table_scans(spark, before, "stg_change_tables__customers")
         assert scans and max(s["number of output rows"] for s in scans) > 0, "the run did not read the staged table"
@@ -237,3 +221,14 @@ def test_a_run_reads_only_its_batch_of_staged_rows_and_the_ledger_records_it(pip
         assert all(s["number of output rows"] <= landed for s in scans), scans
     runs = pipeline.rows("select status from {s}.cdc_runs")
     assert [r["status"] for r in runs] == ["succeeded"] * 3
+
+    # the same files again: nothing lands, nothing changes
+    before = {t.name: pipeline.table(f"{t.name}_history", ", ".join(t.key) + ", valid_from_lsn") for t in TABLES}
+    summary = pipeline.run()
+    assert all(r["rows_landed"] == 0 and r["changes_applied"] == 0 for r in summary)
+    after = {t.name: pipeline.table(f"{t.name}_history", ", ".join(t.key) + ", valid_from_lsn") for t in TABLES}
+    assert before == after
+    assert pipeline.rows("select count(*) as n from {s}_raw.landed_rows")[0]["n"] == sum(
+        len(r) for tx in sim.transactions for r in tx.changes.values()) + len(sim.transactions) + 2 + sum(
+        len(t.columns) for t in TABLES)
+    _check_marts(pipeline, sim, sim.transactions[-1].commit_lsn)
