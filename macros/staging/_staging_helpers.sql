@@ -3,21 +3,21 @@
 {#- Typed staging is an incremental Delta table appended once per landing batch (README "Typed
     staging"): each landed record is decoded, typed and validated once, and later models read
     the typed rows, never the raw maps again. In a runner's build each commit of the table
-    records the run's batch id in its commit metadata (pre- and post-hook), so the next run
-    finds the last batch it took in without reading the table. With unique_key the batch is
+    records the run's batch id in its commit metadata (a pre-hook sets the session's Delta
+    commit metadata to the same value for every model of the run, so models built at once on
+    several threads agree; the on-run-end hook clears it), so the next run finds the last batch
+    it took in without reading the table. With unique_key the batch is
     merged instead of appended (rows of earlier batches that the batch settles are updated;
     incremental_predicates limit the stored rows the MERGE reads). -#}
 {% macro _staged_table_config(unique_key=none, incremental_predicates=none) -%}
     {%- if unique_key is none %}
     {{ config(materialized='incremental', incremental_strategy='append', file_format='delta',
         on_schema_change='fail',
-        pre_hook="{{ sqlserver_cdc._staged_through_hook() }}",
-        post_hook="{{ sqlserver_cdc._staged_through_hook(reset=true) }}") }}
+        pre_hook="{{ sqlserver_cdc._staged_through_hook() }}") }}
     {%- else %}
     {{ config(materialized='incremental', incremental_strategy='merge', file_format='delta',
         unique_key=unique_key, incremental_predicates=incremental_predicates, on_schema_change='fail',
-        pre_hook="{{ sqlserver_cdc._staged_through_hook() }}",
-        post_hook="{{ sqlserver_cdc._staged_through_hook(reset=true) }}") }}
+        pre_hook="{{ sqlserver_cdc._staged_through_hook() }}") }}
     {%- endif %}
 {%- endmacro %}
 
