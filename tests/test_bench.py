@@ -9,7 +9,16 @@ from __future__ import annotations
 
 import pytest
 
-from runner.bench import BenchConfig, declarations, reference_marts, specs, write_workload
+from runner import ces_writer, debezium_writer
+from runner.bench import (
+    BenchConfig,
+    declarations,
+    event_folder,
+    reference_marts,
+    specs,
+    write_event_workload,
+    write_workload,
+)
 from runner.errors import UsageError
 
 
@@ -112,6 +121,66 @@ def test_reference_marts_replay_the_workload(spark, tmp_path):
         got = marts[spec.name]["current"].collect()
         assert sorted(((r["id"], tuple(r[c] for c in non_key)) for r in got), key=repr) == current
     assert deletes  # delete and re-insert cycles occur
+
+
+def _expected_events(rows, spec, encode):
+    """(commit LSN, change LSN, operation, key, image before, image after) per change, from the
+    change-table rows, images encoded by `encode` (value, SQL type)."""
+    types = {c.name: c.type for c in spec.columns}
+    before, expected = {}, []
+    for r in rows:  # sorted by start_lsn, seqval, operation
+        image = {c: encode(r[c], types[c]) for c in types}
+        op = r["__$operation"]
+        if op == 3:
+            before[r["__$seqval"]] = image
+            continue
+        old = image if op == 1 else before.get(r["__$seqval"])
+        expected.append((r["__$start_lsn"].hex(), r["__$seqval"].hex(), op, r["id"], old, image if op != 1 else None))
+    return sorted(expected, key=repr)
+
+
+def _lsn(colons: str) -> str:
+    return colons.replace(":", "").lower()
+
+
+def test_event_workload_carries_the_change_tables_changes(spark, tmp_path):
+    """The benchmark's CES and Debezium events are the change-table history event for event:
+    same LSNs, operations, keys and images, encoded as the tested writers encode them."""
+    import json
+
+    cfg = BenchConfig(changes=600, keys=40, tables=2, columns=6, width=12)
+    tables = declarations(cfg)
+    changes, keys = cfg.per_table(cfg.changes), cfg.keys // cfg.tables
+    write_workload(spark, tmp_path, tables, 0, changes, keys, cfg, "initial")
+    for channel in ("ces", "debezium"):
+        assert write_event_workload(spark, tmp_path, declarations(cfg, channel), channel, 0, changes, keys, cfg,
+                                    "initial") == changes * cfg.tables
+    for index, spec in enumerate(specs(tables)):
+        rows = _rows(spark, tmp_path, spec)
+        lines = [json.loads(line) for f in (tmp_path / event_folder("ces", spec.name)).glob(f"initial_{spec.name}/*.json")
+                 for line in f.read_text().splitlines()]
+        assert len({e["id"] for e in lines}) == len(lines) == sum(r["__$operation"] != 3 for r in rows)
+        got = []
+        for e in lines:
+            data = json.loads(e["data"])
+            tx, row = data["eventsource"]["transaction"], data["eventrow"]
+            commit = _lsn(tx["commitlsn"])
+            assert e["logicalid"].split(":")[1:] == [commit.upper(), f"{tx['sequencenumber']:020d}"]
+            assert data["eventsource"]["tbl"] == spec.name and e["finalsegment"] and e["segmentindex"] == 0
+            seqval = f"{int(commit, 16) - 63 + tx['sequencenumber']:020x}"
+            op = {"INS": 2, "UPD": 4, "DEL": 1}[e["operation"]]
+            old, new = (json.loads(row[k]) or None for k in ("old", "current"))
+            got.append((commit, seqval, op, int((new or old)["id"]), old, new))
+        expected = _expected_events(rows, spec, ces_writer.text)
+        assert sorted(got, key=repr) == expected
+        lines = [json.loads(line) for f in (tmp_path / event_folder("debezium", spec.name)).glob(f"initial_{spec.name}/*.json")
+                 for line in f.read_text().splitlines()]
+        events = [e for e in lines if e is not None]
+        assert len(lines) - len(events) == sum(r["__$operation"] == 1 for r in rows)  # a tombstone per delete
+        got = [(_lsn(e["source"]["commit_lsn"]), _lsn(e["source"]["change_lsn"]), {"c": 2, "u": 4, "d": 1}[e["op"]],
+                (e["after"] or e["before"])["id"], e["before"], e["after"]) for e in events]
+        assert all(e["source"]["event_serial_no"] == (2 if e["op"] == "u" else 1) for e in events)
+        assert sorted(got, key=repr) == _expected_events(rows, spec, debezium_writer.encode)
 
 
 @pytest.mark.parametrize("options, message", [
