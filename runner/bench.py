@@ -14,8 +14,9 @@ One process, one SparkSession, phases in this order (README "Performance"):
 6. initial load of a state `state_factor` (10) times larger, 7. the same-sized incremental batch
    on it, 8. a full refresh of it;
 9. a no-op run in the session (a run's fixed cost; the report gives each incremental run's
-   variable cost as its time minus this) and 10. a no-op run as a fresh `python -m runner run`
-   process (Spark start-up included).
+   variable cost as its time minus this), 10. a no-op run as a fresh `python -m runner run`
+   process (Spark start-up included; it records what it saw, runner/unchanged.py) and 11. the
+   same run again, which finds nothing changed and exits before Spark.
 
 Between 5 and 6, the event channels: the 1x state and its batch as CES CloudEvents and as
 Debezium events (`write_event_workload`: the same changes, LSNs and commit times, one event per
@@ -64,7 +65,8 @@ TARGETS = {  # issue 15 "Benchmark on a realistic size"; measured, never asserte
     "initial_over_copy_goal": 3.0,  # ... and the goal (the same ratio)
     "incremental_10x_over_full_refresh_10x": 0.05,  # 1% batch on the big state / its full refresh
     "incremental_10x_over_1x": 1.2,
-    "no_op_seconds": 10.0,  # from a fresh process
+    "no_op_seconds": 10.0,  # from a fresh process that starts Spark to find nothing to do
+    "no_op_unchanged_seconds": 10.0,  # ... and one that finds nothing changed since the last run's record
     "initial_over_reference": 1.5,  # against the plain PySpark full recompute
     "full_refresh_over_reference": 1.5,
 }
@@ -686,12 +688,17 @@ def run_bench(cfg: BenchConfig, project_dir: Path, progress=None) -> dict:
         env = {**os.environ, "SQLSERVER_CDC_SCHEMA": "bench_1x"}
         command = [sys.executable, "-m", "runner", "run", "--project-dir", str(project), "--landing", str(states["1x"][0])]
 
-        def fresh_process() -> None:
+        def fresh_process(expected: str) -> None:
             done = subprocess.run(command, check=False, env=env, capture_output=True, text=True)
-            if done.returncode != 0:
-                raise RuntimeError(f"no-op run failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
+            if done.returncode != 0 or expected not in done.stdout:
+                raise RuntimeError(f"no-op run failed ({done.returncode}) or did not say '{expected}':\n"
+                                   f"{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
 
-        phases.append(_timed(progress, "no-op (fresh process)", 0, fresh_process, "python -m runner run, Spark start-up included"))
+        phases.append(_timed(progress, "no-op (fresh process)", 0, lambda: fresh_process("every mart is at its upper bound"),
+                             "python -m runner run, Spark start-up included"))
+        phases.append(_timed(progress, "no-op (fresh process, unchanged)", 0,
+                             lambda: fresh_process("Spark not started"),
+                             "the same run again: nothing changed since the last run's record, no Spark"))
     return _report(cfg, phases, memory.peak, changes, keys, batch, reference)
 
 
@@ -710,7 +717,8 @@ def _report(cfg: BenchConfig, phases: list[Phase], peak: int, changes: int, keys
            for channel in EVENT_CHANNELS for phase, name in (("initial", "initial load"), ("incremental", "incremental"))},
     }
     fixed = by["no-op (in session)"]  # a run's fixed cost: everything but the batch's work
-    values = {**ratios, "initial_over_copy_goal": ratios["initial_over_copy"], "no_op_seconds": by["no-op (fresh process)"]}
+    values = {**ratios, "initial_over_copy_goal": ratios["initial_over_copy"], "no_op_seconds": by["no-op (fresh process)"],
+              "no_op_unchanged_seconds": by["no-op (fresh process, unchanged)"]}
     config = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()}
     return {
         "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -720,6 +728,7 @@ def _report(cfg: BenchConfig, phases: list[Phase], peak: int, changes: int, keys
         "phases": [{**asdict(p), "rows_per_second": round(p.rows_per_second, 1)} for p in phases],
         "ratios": {k: round(v, 3) for k, v in ratios.items()},
         "no_op_seconds": round(by["no-op (fresh process)"], 2),
+        "no_op_unchanged_seconds": round(by["no-op (fresh process, unchanged)"], 2),
         "no_op_in_session_seconds": round(fixed, 2),
         "variable_seconds": {name: round(by[name] - fixed, 2) for name in
                              ("incremental", f"incremental {big}", *(f"{c} incremental" for c in EVENT_CHANNELS))},

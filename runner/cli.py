@@ -17,6 +17,7 @@ from runner.errors import EXIT_OK, InfrastructureError, PipelineFailed, RunnerEr
 from runner.lock import RunnerLock, describe_previous, lock_path
 from runner.profile import load_target
 from runner.session import create_file_writer_session, create_session
+from runner.unchanged import LastRun
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 
@@ -164,6 +165,14 @@ def main(argv: list[str] | None = None) -> int:
                 _generate(args, target, progress, transactions=400, batches=2, seed=7)
             if args.command != "audit":
                 landing.discover(_landing_dir(args))
+            last_run = _last_run(args, target, held)
+            if last_run:
+                if recorded := last_run.unchanged_since():
+                    progress.step(f"nothing new landed since the run that finished at {recorded['finished_at']}, and "
+                                  "the warehouse and the project are as it left them: nothing to build (Spark not started)")
+                    progress.step("OK")
+                    return EXIT_OK
+                last_run.forget()  # a run that does not succeed leaves no record
             if target.method == "session":
                 progress.step(f"starting Spark (target {target.name})")
                 create_session(target, args.project_dir)  # dbt-spark's session method reuses it
@@ -176,6 +185,8 @@ def main(argv: list[str] | None = None) -> int:
                 select=getattr(args, "select", []), full_refresh=getattr(args, "full_refresh", False),
                 upper_lsn=getattr(args, "upper_lsn", None), strict=getattr(args, "strict", False), progress=progress,
             )
+            if last_run:
+                last_run.remember()
         if args.command == "demo":
             progress.step("demo done: query the marts, e.g. `select * from cdc.customers_current`")
         progress.step("OK")
@@ -183,6 +194,18 @@ def main(argv: list[str] | None = None) -> int:
     except RunnerError as exc:
         progress.step(f"FAILED: {exc}")
         return exc.exit_code
+
+
+def _last_run(args, target, held: RunnerLock) -> LastRun | None:
+    """The record of the last successful plain run, for a plain `run` of a session target (README
+    "The runner"). Other runs get None, and delete any record: they may change the marts."""
+    if target.method != "session" or args.command == "audit":
+        return None
+    last_run = LastRun(held.path.with_name("last_run.json"), args.project_dir, _landing_dir(args), target)
+    if args.command == "run" and not (args.full_refresh or args.select or args.upper_lsn):
+        return last_run
+    last_run.forget()
+    return None
 
 
 def _audit(args, target, progress) -> int:

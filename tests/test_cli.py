@@ -29,3 +29,58 @@ def test_unknown_target_is_a_usage_error():
 
 def test_bad_arguments_exit_2():
     assert _run("run", "--no-such-flag").returncode == 2
+
+
+def test_a_run_is_skipped_only_when_landing_warehouse_project_and_target_are_as_the_last_run_left_them(tmp_path):
+    """The record that lets a run with nothing new exit before Spark (runner/unchanged.py): any
+    new or changed landing file, any Delta commit in the warehouse, any edit of the project and
+    another target (schema) make the next run a real one. The runner's use of it is exercised by
+    the fault test's last run; here every invalidation, without Spark."""
+    import os
+    import shutil
+
+    from runner.profile import Target
+    from runner.unchanged import LastRun
+
+    project = tmp_path / "project"
+    for name in ("dbt_project.yml", "profiles.yml", "models/staging/x.sql", "macros/m.sql"):
+        (project / name).parent.mkdir(parents=True, exist_ok=True)
+        (project / name).write_text(name)
+    landing = tmp_path / "landing"
+    (landing / "change_tables/dbo_t").mkdir(parents=True)
+    (landing / "change_tables/dbo_t/b1.csv").write_text("a\n1\n")
+    log = tmp_path / "state/warehouse/cdc.db/t_current/_delta_log"
+    log.mkdir(parents=True)
+    (log / "00000000000000000000.json").write_text("{}")
+    target = Target("local", "session", "cdc", {"spark.sql.warehouse.dir": str(tmp_path / "state/warehouse")})
+    record = tmp_path / "state/last_run.json"
+
+    def last_run(t=target) -> LastRun:
+        return LastRun(record, project, landing, t)
+
+    assert last_run().unchanged_since() is None  # nothing recorded yet
+    last_run().remember()
+    assert last_run().unchanged_since()["finished_at"]
+
+    def changed(change, undo) -> bool:
+        change()
+        skipped = last_run().unchanged_since() is not None
+        undo()
+        assert last_run().unchanged_since() is not None, "undoing the change restores the fingerprint"
+        return not skipped
+
+    new_file = landing / "change_tables/dbo_t/b2.csv"
+    assert changed(lambda: new_file.write_text("a\n2\n"), new_file.unlink)
+    old = landing / "change_tables/dbo_t/b1.csv"
+    mtime = old.stat().st_mtime_ns
+    assert changed(lambda: os.utime(old, ns=(mtime, mtime + 10**9)), lambda: os.utime(old, ns=(mtime, mtime)))
+    commit = log / "00000000000000000001.json"
+    assert changed(lambda: commit.write_text("{}"), commit.unlink)
+    dropped = tmp_path / "dropped"
+    assert changed(lambda: shutil.move(log.parent, dropped), lambda: shutil.move(dropped, log.parent))
+    model = project / "models/staging/x.sql"
+    assert changed(lambda: model.write_text("edited"), lambda: model.write_text("models/staging/x.sql"))
+    other = Target("local", "session", "cdc_other", target.spark_conf)
+    assert last_run(other).unchanged_since() is None
+    last_run().forget()
+    assert last_run().unchanged_since() is None

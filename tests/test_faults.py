@@ -2,8 +2,8 @@
 inside a landing append, inside a mart's MERGE and between the marts' commits and their
 watermarks, then re-run, give the marts of uninterrupted runs with every landed record exactly
 once; a reader during a run sees each mart before or after its commit, never in between; a
-second runner exits 2 naming the holder, or waits with --wait; a lock left by a killed run is
-taken over.
+second runner exits 2 naming the holder, or waits with --wait (and, nothing having changed since
+the holder's run, exits without starting Spark); a lock left by a killed run is taken over.
 
 The runners are `python -m runner run` processes with their own state folder (the embedded
 metastore admits one JVM); this test's session reads their Delta tables by path."""
@@ -212,4 +212,6 @@ def test_killed_runs_rerun_to_the_same_marts_readers_see_whole_commits_one_runne
         out, _ = proc.communicate(timeout=TIMEOUT)
         assert proc.returncode == 0, out[-3000:]
     assert "waiting up to" in out and "nothing new landed" in out
+    # the holder's run succeeded and nothing changed since: the waiting run exits before Spark
+    assert "nothing to build (Spark not started)" in out, out[-3000:]
     _check(wh, sim, sim.transactions[-1].commit_lsn, records)
