@@ -49,31 +49,6 @@ def _check_marts(pipeline, sim, upper, history_columns=None, tables=None, transa
                 assert row[column] == value, f"{spec.name}_history {key} {column}: {row[column]!r} != {value!r}"
 
 
-def test_full_refresh_equals_incremental(pipeline):
-    sim = Simulator(TABLES, seed=23)
-    for i in range(3):
-        _land(pipeline, sim, sim.run(40), f"b{i}", first=i == 0)
-        pipeline.run()
-    incremental = {t.name: pipeline.table(f"{t.name}_history", ", ".join(t.key) + ", valid_from_lsn") for t in TABLES}
-    pipeline.run(full_refresh=True)
-    refreshed = {t.name: pipeline.table(f"{t.name}_history", ", ".join(t.key) + ", valid_from_lsn") for t in TABLES}
-    assert incremental == refreshed
-    _check_marts(pipeline, sim, sim.transactions[-1].commit_lsn)
-    # the runbook's rebuild of one table: its intermediate and both marts, from its staged changes
-    pipeline.run(full_refresh=True, select=["int_customers__transactions+"])
-    assert pipeline.table("customers_history", "customer_id, valid_from_lsn") == refreshed["customers"]
-    _check_marts(pipeline, sim, sim.transactions[-1].commit_lsn)
-    # the audit runs every data test on whole tables: it passes, then catches a second current
-    # version of a key that no batch-scoped check of a later run would look at
-    from runner.cli import main
-
-    project = ["--project-dir", str(pipeline.project_dir)]
-    assert main(["audit", *project]) == 0
-    pipeline.spark.sql(f"insert into {pipeline.schema}.customers_history "
-                       f"select * from {pipeline.schema}.customers_history where is_current limit 1")
-    assert main(["audit", *project, "--select", "customers_history"]) == 1
-
-
 def test_malformed_rows_are_quarantined_and_good_rows_flow(pipeline):
     sim = Simulator(TABLES, seed=3)
     txs = sim.run(30)
@@ -176,12 +151,13 @@ def test_a_change_landed_twice_fails_the_staging_test_but_quarantined_copies_do_
         pipeline.run()
 
 
-def test_batches_build_marts_equal_to_source_reading_only_their_batch_and_a_rerun_changes_nothing(pipeline):
+def test_batches_build_marts_reading_only_their_batch_a_rerun_changes_nothing_a_full_refresh_equals_them(pipeline):
     """Three batches, a run after each: the marts equal the source at the run's bound, each run
     applies its batch's changes; staging decodes each landed row once, every scan of the staged
     table during a later run reads only that run's batch (Spark's metrics), and the run ledger
     holds one succeeded row per run with what it landed and applied. A run over the same files
-    then lands and changes nothing."""
+    then lands and changes nothing; a full refresh (all tables, then one table's intermediate and
+    marts) rebuilds the same marts; the audit passes, then catches what no batch check would."""
     sim = Simulator(TABLES, seed=29)
     spark = pipeline.spark
     staged = f"{pipeline.schema}.stg_change_tables__customers"
@@ -232,3 +208,22 @@ def test_batches_build_marts_equal_to_source_reading_only_their_batch_and_a_reru
         len(r) for tx in sim.transactions for r in tx.changes.values()) + len(sim.transactions) + 2 + sum(
         len(t.columns) for t in TABLES)
     _check_marts(pipeline, sim, sim.transactions[-1].commit_lsn)
+
+    # a full refresh rebuilds the same marts from everything landed
+    pipeline.run(full_refresh=True)
+    refreshed = {t.name: pipeline.table(f"{t.name}_history", ", ".join(t.key) + ", valid_from_lsn") for t in TABLES}
+    assert refreshed == after
+    _check_marts(pipeline, sim, sim.transactions[-1].commit_lsn)
+    # the runbook's rebuild of one table: its intermediate and both marts, from its staged changes
+    pipeline.run(full_refresh=True, select=["int_customers__transactions+"])
+    assert pipeline.table("customers_history", "customer_id, valid_from_lsn") == refreshed["customers"]
+    _check_marts(pipeline, sim, sim.transactions[-1].commit_lsn)
+    # the audit runs every data test on whole tables: it passes, then catches a second current
+    # version of a key that no batch-scoped check of a later run would look at
+    from runner.cli import main
+
+    project = ["--project-dir", str(pipeline.project_dir)]
+    assert main(["audit", *project]) == 0
+    pipeline.spark.sql(f"insert into {pipeline.schema}.customers_history "
+                       f"select * from {pipeline.schema}.customers_history where is_current limit 1")
+    assert main(["audit", *project, "--select", "customers_history"]) == 1
