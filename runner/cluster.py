@@ -163,6 +163,8 @@ def _commands(cluster: Cluster) -> dict[str, list[str]]:
         "spark.hadoop.javax.jdo.option.ConnectionURL":
             f"jdbc:derby:;databaseName={cluster.state_dir / 'metastore_db'};create=true",
         "spark.driver.extraJavaOptions": f"-Dderby.stream.error.file={cluster.state_dir / 'logs/derby.log'}",
+        # as in profiles.yml: let Delta replace a replaced table's schema in the embedded metastore
+        "spark.hadoop.hive.metastore.disallow.incompatible.col.type.changes": "false",
         "spark.jars": jars.jar_list(),  # Delta Lake's, from the project's jar folder, for the executors
         # ... and Delta's own on the Thrift server's classpath: its statement threads resolve
         # classes through a loader that does not see spark.jars (ClassNotFoundException

@@ -71,6 +71,7 @@ class Warehouse:
         proc = self.start(*args)
         out, _ = proc.communicate(timeout=TIMEOUT)
         assert proc.returncode == 0, out[-3000:]
+        assert "HiveAlterHandler" not in out, "the metastore refused a replaced table's schema (profiles.yml)"
         return out
 
     def kill_when(self, condition, what: str) -> str:
