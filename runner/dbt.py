@@ -108,7 +108,11 @@ class Dbt:
 
         result = self.invoke(["run-operation", macro, "--args", json.dumps(args)], quiet=True, callbacks=[on_event])
         if not result.success:
-            raise InfrastructureError(f"dbt run-operation {macro} failed - {_spark_reason(chr(10).join(errors))}")
+            reason = _spark_reason(chr(10).join(errors))
+            reading = reports.get("reading", {}).get("file")
+            if reading and reading not in reason:
+                reason += f" (while reading {reading})"
+            raise InfrastructureError(f"dbt run-operation {macro} failed - {reason}")
         return reports
 
     def query(self, sql: str) -> list[dict[str, object]]:

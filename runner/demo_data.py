@@ -1,5 +1,6 @@
 """Demo landing data: a simulated history of the tracked tables, written in several batches,
-customers as Parquet (binary LSNs), order lines as CSV (0x hex text), and the tables fed through
+customers as Parquet (binary LSNs), order lines as CSV (0x hex text), each export with its
+manifest, and the tables fed through
 Change Event Streaming (employees) as CloudEvents JSON lines the way Event Hubs delivers them:
 out of order within a batch, some delivered twice, large messages split into segments; and the
 tables fed through Debezium (products) as a Kafka sink writes them: a snapshot of the first
@@ -30,12 +31,15 @@ def generate(spark, project_dir: Path, landing_dir: Path, transactions: int, bat
     renderers = {t.name: debezium_writer.Renderer(t, debezium_writer.DebeziumOptions(schema=True))
                  for t in tables if t.channel == "debezium"}
     replayed: dict[str, list[str]] = {name: [] for name in renderers}
+    exported = None
     for i in range(batches):
         batch = txs[i * size:(i + 1) * size]
+        # each capture instance's export comes with its manifest (README "Export manifests")
         landing_writer.write_batch(
             landing_dir, f"batch_{i + 1:04d}", captured, batch,
-            DEMO_FORMATS, spark=spark, min_lsn=min_lsn if i == 0 else None,
+            DEMO_FORMATS, spark=spark, min_lsn=min_lsn if i == 0 else None, manifest=(exported, batch[-1].commit_lsn),
         )
+        exported = batch[-1].commit_lsn
         for table in tables:
             if table.channel != "ces":
                 continue

@@ -15,10 +15,20 @@ path relative to the landing folder, its size and its modification time: one alr
 never landed again, so re-running over the same files adds nothing twice, and one whose path
 was landed with another size or time fails the run (exports are immutable). Each batch is one
 Delta commit, so a killed landing leaves every file landed whole or not at all.
+
+Export manifests (README "Export manifests"): a `*.manifest.json` file in a capture instance's
+folder lists one export's files with their row counts and the LSN range it covers. Python reads
+and checks them here (structure, listed files present, sizes); the macro land_files counts the
+listed files' rows before they land and lands each manifest, as one raw row of landing kind
+`manifest`, in the same commit as its files, only when all of them are whole. Once a folder has a
+manifest, its files that no manifest lists wait. Files that are cut short (a Parquet file without
+its footer, a CSV whose last row has no line break) are refused: they land nothing and block
+nothing else.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +41,8 @@ FORMATS = {".parquet": "parquet", ".csv": "csv", ".json": "json", ".jsonl": "jso
 FLAT_KINDS = {"ces": ("json",), "debezium": ("json",)}
 FLAT_ENTITY = "default"
 RAW_TABLE = "landed_rows"
+MANIFEST_SUFFIX = ".manifest.json"
+PARQUET_MAGIC = b"PAR1"
 
 
 @dataclass(frozen=True)
@@ -42,11 +54,12 @@ class LandedFile:
 
     @property
     def fmt(self) -> str:
-        return FORMATS[self.path.suffix.lower()]
+        return "manifest" if self.kind == "manifest" else FORMATS[self.path.suffix.lower()]
 
 
 def discover(landing_dir: Path) -> list[LandedFile]:
-    """All landable files under the landing folder, in a stable order."""
+    """All landable files under the landing folder, in a stable order; export manifests (in
+    change_tables/<capture_instance>/) come as kind `manifest`."""
     if not landing_dir.is_dir():
         raise UsageError(f"landing folder {landing_dir} does not exist; pass --landing DIR")
     found = []
@@ -56,7 +69,10 @@ def discover(landing_dir: Path) -> list[LandedFile]:
             if not path.is_file() or path.suffix.lower() not in FORMATS or path.name.startswith(("_", ".")):
                 continue
             parts = path.relative_to(root).parts
-            if kind in FLAT_KINDS:
+            if kind == "change_tables" and path.name.lower().endswith(MANIFEST_SUFFIX):
+                if len(parts) > 1:
+                    found.append(LandedFile("manifest", parts[0], path, path.relative_to(landing_dir).as_posix()))
+            elif kind in FLAT_KINDS:
                 if FORMATS[path.suffix.lower()] in FLAT_KINDS[kind]:
                     entity = parts[0] if len(parts) > 1 else FLAT_ENTITY
                     found.append(LandedFile(kind, entity, path, path.relative_to(landing_dir).as_posix()))
@@ -70,13 +86,143 @@ def raw_table(raw_schema: str) -> str:
 
 
 def files_to_land(landing_dir: Path) -> list[dict[str, object]]:
-    """The landing folder's files as the macro land_files takes them (it skips those landed)."""
-    files = []
-    for f in discover(landing_dir):
+    """The landing folder's files as the macro land_files takes them (it skips those landed):
+    each {kind, entity, path, relative, format, size, modified_ms}, plus `refused` (why the file
+    must not land) or `waiting` (why it cannot land yet); a manifest also carries its parsed
+    fields (see _read_manifest) with `files` (the listed files' relative paths) and
+    `rows_by_file`. land_files acts on these only for files not landed yet."""
+    found = discover(landing_dir)
+    entries = {}
+    for f in found:
         stat = f.path.stat()
-        files.append({"kind": f.kind, "entity": f.entity, "path": str(f.path.resolve()), "relative": f.relative,
-                      "format": f.fmt, "size": stat.st_size, "modified_ms": stat.st_mtime_ns // 1_000_000})
-    return files
+        entries[f.relative] = {"kind": f.kind, "entity": f.entity, "path": str(f.path.resolve()), "relative": f.relative,
+                               "format": f.fmt, "size": stat.st_size, "modified_ms": stat.st_mtime_ns // 1_000_000}
+        if f.kind != "manifest" and (reason := cut_short(f.path, f.fmt, stat.st_size)):
+            entries[f.relative]["refused"] = reason
+    managed = {f.entity for f in found if f.kind == "manifest"}
+    listed: dict[str, str] = {}
+    for f in found:
+        if f.kind == "manifest":
+            _apply_manifest(landing_dir, entries[f.relative], entries, listed)
+    for f in found:
+        entry = entries[f.relative]
+        if f.kind == "change_tables" and f.entity in managed and f.relative not in listed and "refused" not in entry:
+            entry["waiting"] = "no export manifest lists it yet"
+    return list(entries.values())
+
+
+def cut_short(path: Path, fmt: str, size: int) -> str | None:
+    """Why a data file is incomplete, or None: a Parquet file must begin and end with its magic
+    (the footer is written last), a CSV must end with a line break (an export cut mid-row yields
+    NULLs or cut values that still cast)."""
+    if fmt == "parquet":
+        with path.open("rb") as f:
+            head = f.read(4)
+            f.seek(max(size - 8, 0))
+            tail = f.read(8)
+        footer = int.from_bytes(tail[:4], "little") if len(tail) == 8 else 0
+        if size < 12 or head != PARQUET_MAGIC or tail[4:] != PARQUET_MAGIC or footer + 12 > size:
+            return (f"not a whole Parquet file ({size} bytes, no PAR1 footer at its end): it was cut short "
+                    "or is still being written")
+    elif fmt == "csv":
+        if size == 0:
+            return "empty CSV file (not even a header row): it was cut short or is still being written"
+        with path.open("rb") as f:
+            f.seek(size - 1)
+            if f.read(1) != b"\n":
+                return ("the CSV does not end with a line break, so its last row was cut short (or the file is still "
+                        "being written); exports end every row, including the last, with a line break")
+    return None
+
+
+def _apply_manifest(landing_dir: Path, manifest: dict, entries: dict[str, dict], listed: dict[str, str]) -> None:
+    """Reads a manifest into its entry and marks the files it lists: each gets the manifest and
+    its row count; a problem with any of them refuses (or holds back) the manifest and all its
+    files, so an export lands whole or not at all."""
+    try:
+        fields = _read_manifest(Path(manifest["path"]), manifest["entity"])
+    except ManifestError as exc:
+        manifest["refused"] = f"export manifest: {exc}"
+        return
+    manifest.update(fields)
+    folder = Path(manifest["path"]).parent
+    files = []
+    for item in fields["files"]:
+        path = (folder / item["path"]).resolve()
+        try:
+            relative = path.relative_to(landing_dir.resolve() / "change_tables" / manifest["entity"]).as_posix()
+        except ValueError:
+            manifest["refused"] = f"export manifest: file {item['path']} is outside change_tables/{manifest['entity']}/"
+            return
+        relative = f"change_tables/{manifest['entity']}/{relative}"
+        if relative in listed:
+            manifest["refused"] = f"export manifest: file {item['path']} is also listed by {listed[relative]}"
+            return
+        files.append((relative, item))
+    for relative, item in files:
+        listed[relative] = manifest["relative"]
+        entry = entries.get(relative)
+        if entry is not None and entry["kind"] == "manifest":
+            manifest["refused"] = f"export manifest: it lists {item['path']}, another manifest"
+            return
+        if entry is None:
+            manifest.setdefault("waiting", f"lists {item['path']}, which is not in the landing folder yet")
+            continue
+        if item.get("bytes") is not None and item["bytes"] != entry["size"]:
+            entry.setdefault("refused", f"{entry['size']} bytes, but its export manifest says {item['bytes']}: it was cut short")
+        if "refused" in entry:
+            manifest.setdefault("refused", f"its file {item['path']} is refused: {entry['refused']}")
+    manifest["files"] = [relative for relative, _ in files]
+    manifest["rows_by_file"] = {relative: item["rows"] for relative, item in files}
+    for relative, _ in files:
+        if relative in entries:
+            if "refused" in manifest:
+                entries[relative].setdefault("refused", f"its export manifest {manifest['relative']} is refused: {manifest['refused']}")
+            elif "waiting" in manifest:
+                entries[relative]["waiting"] = f"its export manifest {manifest['relative']} {manifest['waiting']}"
+
+
+def _read_manifest(path: Path, capture_instance: str) -> dict[str, object]:
+    """The fields of an export manifest (README "Export manifests"), checked: capture_instance
+    (its folder's), through_lsn (inclusive), after_lsn (exclusive, optional: the previous export's
+    through_lsn), files [{path (relative to the manifest), rows, bytes (optional)}]. LSNs are
+    checked by land_files (they parse in SQL, like every other LSN). Raises ManifestError."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ManifestError(f"not a JSON document ({exc})") from None
+    if not isinstance(doc, dict):
+        raise ManifestError("not a JSON object")
+    unknown = sorted(set(doc) - {"capture_instance", "after_lsn", "through_lsn", "files"})
+    if unknown:
+        raise ManifestError(f"unknown field(s) {', '.join(unknown)}; a manifest has capture_instance, after_lsn, "
+                         "through_lsn and files")
+    if str(doc.get("capture_instance", "")).lower() != capture_instance.lower():
+        raise ManifestError(f"capture_instance is {doc.get('capture_instance')!r}, but the manifest is in the folder of "
+                         f"{capture_instance}")
+    for field in ("through_lsn", "after_lsn"):
+        if not (doc.get(field) is None and field == "after_lsn") and not isinstance(doc.get(field), str):
+            raise ManifestError(f"{field} must be an LSN as text, e.g. 0x0000002C00000300017C; got {doc.get(field)!r}")
+    files = doc.get("files")
+    if not isinstance(files, list):
+        raise ManifestError("files must be a list of {path, rows} (an empty list for a range with no changes)")
+    checked = []
+    for item in files:
+        if not (isinstance(item, dict) and isinstance(item.get("path"), str) and item["path"]
+                and set(item) <= {"path", "rows", "bytes"} and _count(item.get("rows"))
+                and (item.get("bytes") is None or _count(item["bytes"]))):
+            raise ManifestError(f"each entry of files needs path (text), rows (a count) and optionally bytes; got {item!r}")
+        checked.append({"path": item["path"], "rows": item["rows"], "bytes": item.get("bytes")})
+    return {"capture_instance": capture_instance, "after_lsn": doc.get("after_lsn"), "through_lsn": doc["through_lsn"],
+            "files": checked, "text": json.dumps(doc, sort_keys=True)}
+
+
+def _count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+class ManifestError(Exception):
+    """What is wrong with an export manifest (it is refused with this reason)."""
 
 
 def land(dbt, landing_dir: Path, raw_schema: str, batch_id: str) -> dict[tuple[str, str], int]:

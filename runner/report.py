@@ -60,3 +60,29 @@ def stream_line(channel: str, s: dict[str, object]) -> str:
     return (f"Debezium stream: {s['lines_landed']} lines landed, {s['duplicates']} replayed events dropped, "
             f"{s['tombstones']} tombstones ignored, {s['quarantined']} lines quarantined "
             f"({s['quarantined_total']} in all)")
+
+
+def landing_lines(begun: dict[str, object]) -> list[str]:
+    """What landing refused or held back, and what holds the change-table cut (begin_run's
+    refused, waiting, held_back, without_manifest, export_gaps)."""
+    lines = [f"REFUSED {reason}" for reason in begun.get("refused") or []]
+    waiting = begun.get("waiting") or []
+    for item in waiting[:5]:
+        lines.append(f"waiting: {item}")
+    if len(waiting) > 5:
+        lines.append(f"waiting: {len(waiting) - 5} more file(s)")
+    for gap in begun.get("export_gaps") or []:
+        lines.append(f"export gap in {gap}: the cut stays below the gap until the missing export lands")
+    held = begun.get("held_back")
+    if held:
+        reached = f"reaches 0x{held['exported_lsn']}" if held["exported_lsn"] else "has no manifest landed yet"
+        stop = f"stops at 0x{held['exported_lsn']}" if held["exported_lsn"] else "waits"
+        lines.append(f"cut held back by {held['table']}: its export ({held['capture_instance']}) {reached}, capture has "
+                     f"reached 0x{held['captured_lsn']}; every change-table mart {stop} until its next export lands "
+                     "(the summary's lag shows how far behind)")
+    without = begun.get("without_manifest") or []
+    if without:
+        lines.append(f"WARNING capture instance(s) {', '.join(without)} land without export manifests: their marts advance to "
+                     "the largest landed lsn_time_mapping LSN, so rows of theirs exported later than that mapping are "
+                     "never applied (README \"Export manifests\")")
+    return lines

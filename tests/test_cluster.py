@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import os
 import socket
 import subprocess
@@ -58,6 +59,12 @@ def _add_bad_input(landing: Path) -> None:
         writer.writeheader()
         writer.writerows([{**good, "__$start_lsn": "0xNOTANLSN"}, {**good, "__$operation": "9"},
                           {**good, "quantity": "many"}])
+    # the demo's exports have manifests, so a file lands only when one lists it (an empty range:
+    # the rows' own LSNs decide where they apply)
+    last = json.loads(max(order_lines.parent.glob("*.manifest.json")).read_text())
+    (order_lines.parent / "bad.manifest.json").write_text(json.dumps({
+        "capture_instance": "sales_order_lines", "after_lsn": last["through_lsn"], "through_lsn": last["through_lsn"],
+        "files": [{"path": "bad.csv", "rows": 3}]}))
     (landing / "ces" / "bad.jsonl").write_text('not json\n{"specversion": "1.0", "type": "other"}\n')
 
 

@@ -1,8 +1,8 @@
 """Landing in SQL (macro land_files through dbt run-operation, the one path for the embedded
 session and a cluster): every record lands as text exactly as the raw table's contract says,
 a file lands once (identified by path, size and modification time: a landed file that changed is
-refused), in one Delta commit per batch, and a file Spark cannot read fails the batch with Spark's
-reason."""
+refused), in one Delta commit per batch; a file cut short is refused alone, and one that looks
+whole but Spark cannot read fails the batch with Spark's reason."""
 
 from __future__ import annotations
 
@@ -74,9 +74,14 @@ def test_records_land_as_text_once_per_file(pipeline):
     (folder / "new.csv").unlink()
     csv.unlink()
 
-    # a file Spark cannot read fails the whole batch with Spark's reason; nothing of it lands
+    # a file cut short (no Parquet footer) is refused before Spark reads it: the rest lands
     (folder / "broken.parquet").write_text("not parquet")
     (folder / "fine.csv").write_text("Id\n5\n")
+    assert landing.land(dbt, pipeline.landing, pipeline.target.raw_schema, "b3") == {("change_tables", "dbo_things"): 1}
+    assert [r["_source_file"] for r in _landed(pipeline, "b3")] == ["change_tables/dbo_things/fine.csv"]
+    # a whole-looking file Spark cannot read fails the whole batch with Spark's reason; nothing lands
+    (folder / "broken.parquet").write_bytes(b"PAR1" + b"garbage" * 4 + (28).to_bytes(4, "little") + b"PAR1")
+    (folder / "fine2.csv").write_text("Id\n6\n")
     with pytest.raises(InfrastructureError, match="run-operation sqlserver_cdc.land_files failed - .*broken.parquet"):
-        landing.land(dbt, pipeline.landing, pipeline.target.raw_schema, "b3")
-    assert _landed(pipeline, "b3") == []
+        landing.land(dbt, pipeline.landing, pipeline.target.raw_schema, "b4")
+    assert _landed(pipeline, "b4") == []

@@ -34,34 +34,140 @@
     {%- endfor -%}
     {%- set new = [] -%}
     {%- set changed = [] -%}
+    {%- set refused = {} -%}
+    {%- set waiting = [] -%}
     {%- for file in files -%}
         {%- do sqlserver_cdc._check_landing_file(file) -%}
-        {%- if file.relative not in seen -%}
+        {%- if file.relative in seen -%}
+            {%- if seen[file.relative] != [file.size, file.modified_ms] -%}
+                {%- do changed.append(file.relative ~ ' (landed: ' ~ seen[file.relative][0] ~ ' bytes modified at '
+                    ~ seen[file.relative][1] ~ ' ms; now: ' ~ file.size ~ ' bytes modified at ' ~ file.modified_ms ~ ' ms)') -%}
+            {%- endif -%}
+        {%- elif file.get('refused') -%}
+            {%- do refused.update({file.relative: file.refused}) -%}
+        {%- elif file.get('waiting') -%}
+            {%- do waiting.append(file.relative ~ ': ' ~ file.waiting) -%}
+        {%- else -%}
             {%- do new.append(file) -%}
-        {%- elif seen[file.relative] != [file.size, file.modified_ms] -%}
-            {%- do changed.append(file.relative ~ ' (landed: ' ~ seen[file.relative][0] ~ ' bytes modified at '
-                ~ seen[file.relative][1] ~ ' ms; now: ' ~ file.size ~ ' bytes modified at ' ~ file.modified_ms ~ ' ms)') -%}
         {%- endif -%}
     {%- endfor -%}
     {%- if changed -%}
         {{ exceptions.raise_compiler_error("land_files: " ~ changed | length ~ " landed file(s) changed since they were landed: "
             ~ changed[:5] | join('; ') ~ ". Exports are immutable: land the corrected export under a new name; nothing was landed") }}
     {%- endif -%}
-    {%- set views = [] -%}
-    {%- set selects = [] -%}
-    {%- for file in new -%}
+    {%- set views = {} -%}
+    {%- for file in new if file.format != 'manifest' -%}
         {%- set view = 'sqlserver_cdc_landing_' ~ loop.index -%}
-        {%- do views.append(view) -%}
+        {%- do views.update({file.relative: view}) -%}
+        {#- the runner names this file when Spark fails to read it (its reason may not) -#}
+        {{ log('sqlserver_cdc.reading ' ~ tojson({'file': file.relative}), info=true) }}
         {%- do run_query(sqlserver_cdc._landing_view_ddl(view, file)) -%}
-        {%- do selects.append(sqlserver_cdc._landed_rows_select(view, file, batch_id)) -%}
+    {%- endfor -%}
+    {%- do sqlserver_cdc._check_manifests(new, views, seen, raw, refused) -%}
+    {%- set selects = [] -%}
+    {%- for file in new if file.relative not in refused -%}
+        {%- if file.format == 'manifest' -%}
+            {%- do selects.append(sqlserver_cdc._manifest_row_select(file, batch_id)) -%}
+        {%- else -%}
+            {{ log('sqlserver_cdc.reading ' ~ tojson({'file': file.relative}), info=true) }}
+            {%- do selects.append(sqlserver_cdc._landed_rows_select(views[file.relative], file, batch_id)) -%}
+        {%- endif -%}
     {%- endfor -%}
     {%- for chunk in selects | batch(200) -%}
         {%- do run_query('insert into ' ~ raw ~ '\n' ~ chunk | join('\nunion all\n')) -%}
     {%- endfor -%}
-    {%- for view in views -%}
+    {%- for view in views.values() -%}
         {%- do run_query('drop view if exists ' ~ view) -%}
     {%- endfor -%}
-    {{ log('land_files: ' ~ new | length ~ ' new of ' ~ files | length ~ ' files landed in batch ' ~ batch_id) }}
+    {%- set refusals = [] -%}
+    {%- for relative, reason in refused.items() | sort -%}{%- do refusals.append(relative ~ ': ' ~ reason) -%}{%- endfor -%}
+    {{ log('land_files: ' ~ selects | length ~ ' new of ' ~ files | length ~ ' files landed in batch ' ~ batch_id
+        ~ (', ' ~ refusals | length ~ ' refused' if refusals) ~ (', ' ~ waiting | length ~ ' waiting' if waiting)) }}
+    {{ return({'landed': selects | length, 'refused': refusals, 'waiting': waiting | sort}) }}
+{%- endmacro %}
+
+{#- The checks of export manifests about to land (README "Export manifests"), which refuse a
+    manifest and every file it lists (adding them to `refused`) unless its LSNs parse, after_lsn
+    is not above through_lsn, and each file it lists has the rows it says: counted from the
+    file's view before it lands, or from the raw table for a file landed earlier (one query for
+    all, reading the listed files only). -#}
+{% macro _check_manifests(new, views, seen, raw, refused) -%}
+    {%- set manifests = [] -%}
+    {%- for file in new if file.format == 'manifest' -%}{%- do manifests.append(file) -%}{%- endfor -%}
+    {%- if not manifests -%}{{ return(none) }}{%- endif -%}
+    {%- set lsns = [] -%}
+    {%- for m in manifests -%}
+        {%- do lsns.append(sqlserver_cdc.lsn_normalize(sqlserver_cdc._sql_string(m.through_lsn), 'string')) -%}
+        {%- do lsns.append(sqlserver_cdc.lsn_normalize(sqlserver_cdc._sql_string(m.after_lsn), 'string') if m.after_lsn is not none else "'-'") -%}
+    {%- endfor -%}
+    {%- set parsed = run_query('select ' ~ lsns | join(', ')).rows[0] -%}
+    {%- set counts = [] -%}
+    {%- set earlier = [] -%}
+    {%- for m in manifests -%}
+        {%- set through, after = parsed[loop.index0 * 2], parsed[loop.index0 * 2 + 1] -%}
+        {%- if through is none -%}
+            {%- do refused.update({m.relative: 'export manifest: through_lsn ' ~ m.through_lsn ~ ' is not an LSN'}) -%}
+        {%- elif after is none -%}
+            {%- do refused.update({m.relative: 'export manifest: after_lsn ' ~ m.after_lsn ~ ' is not an LSN'}) -%}
+        {%- elif after != '-' and after > through -%}
+            {%- do refused.update({m.relative: 'export manifest: after_lsn ' ~ m.after_lsn ~ ' is above through_lsn ' ~ m.through_lsn}) -%}
+        {%- else -%}
+            {%- do m.update({'through_lsn': through, 'after_lsn': none if after == '-' else after}) -%}
+        {%- endif -%}
+        {%- for relative in m.files -%}
+            {%- if relative in views -%}
+                {%- do counts.append('select ' ~ sqlserver_cdc._sql_string(relative) ~ ' as file, count(*) as n from ' ~ views[relative]
+                    ~ (" where trim(value) != ''" if relative.lower().endswith(('.json', '.jsonl')) else '')) -%}
+            {%- elif relative in seen -%}
+                {%- do earlier.append(sqlserver_cdc._sql_string(relative)) -%}
+            {%- endif -%}
+        {%- endfor -%}
+    {%- endfor -%}
+    {%- if earlier -%}
+        {%- do counts.append("select _source_file as file, count(*) as n from " ~ raw ~ " where landing_kind = 'change_tables'"
+            ~ " and _source_file in (" ~ earlier | join(', ') ~ ") group by _source_file") -%}
+    {%- endif -%}
+    {%- set found = {} -%}
+    {%- if counts -%}
+        {%- for row in run_query(counts | join('\nunion all\n')) -%}{%- do found.update({row[0]: row[1] | int}) -%}{%- endfor -%}
+    {%- endif -%}
+    {%- for m in manifests -%}
+        {%- for relative in m.files -%}
+            {%- set expected = m.rows_by_file[relative] -%}
+            {%- if found.get(relative, 0) != expected -%}
+                {%- do refused.update({relative: found.get(relative, 0) ~ ' rows, but its export manifest ' ~ m.relative
+                    ~ ' says ' ~ expected ~ ': it was cut short or is not the exported file'}) -%}
+                {%- if m.relative not in refused -%}
+                    {%- do refused.update({m.relative: 'export manifest: its file ' ~ relative ~ ' is refused'}) -%}
+                {%- endif -%}
+            {%- endif -%}
+        {%- endfor -%}
+        {%- if m.relative in refused -%}
+            {%- for relative in m.files if relative in views and relative not in refused -%}
+                {%- do refused.update({relative: 'its export manifest ' ~ m.relative ~ ' is refused: ' ~ refused[m.relative]}) -%}
+            {%- endfor -%}
+        {%- endif -%}
+    {%- endfor -%}
+{%- endmacro %}
+
+{#- The raw row of an export manifest (landing kind `manifest`, entity its capture instance):
+    row_values capture_instance, after_lsn and through_lsn (canonical), files (JSON array of the
+    landed paths), rows (their total); raw_text the manifest as read. -#}
+{% macro _manifest_row_select(file, batch_id) -%}
+    select
+        map('capture_instance', {{ sqlserver_cdc._sql_string(file.entity) }},
+            'after_lsn', {{ sqlserver_cdc._sql_string(file.after_lsn) if file.after_lsn else 'cast(null as string)' }},
+            'through_lsn', {{ sqlserver_cdc._sql_string(file.through_lsn) }},
+            'files', {{ sqlserver_cdc._sql_string(tojson(file.files)) }},
+            'rows', '{{ file.rows_by_file.values() | sum }}') as row_values,
+        {{ sqlserver_cdc._sql_string(file.text) }} as raw_text,
+        {{ sqlserver_cdc._sql_string(file.relative) }} as _source_file,
+        cast({{ file.size | int }} as bigint) as _source_size,
+        cast({{ file.modified_ms | int }} as bigint) as _source_modified_ms,
+        {{ sqlserver_cdc._sql_string(batch_id) }} as _batch_id,
+        current_timestamp() as _ingested_at,
+        'manifest' as landing_kind,
+        {{ sqlserver_cdc._sql_string(file.entity) }} as entity
 {%- endmacro %}
 
 {#- The raw table: every landed record, partitioned by landing kind and entity; a Delta table
@@ -86,8 +192,11 @@
             {{ exceptions.raise_compiler_error("land_files: every entry of files needs kind, entity, path, relative, format, size and modified_ms; got " ~ file) }}
         {%- endif -%}
     {%- endfor -%}
-    {%- if file.format not in ('csv', 'parquet', 'json') -%}
-        {{ exceptions.raise_compiler_error("land_files: format of " ~ file.relative ~ " must be csv, parquet or json; got " ~ file.format) }}
+    {%- if file.format not in ('csv', 'parquet', 'json', 'manifest') -%}
+        {{ exceptions.raise_compiler_error("land_files: format of " ~ file.relative ~ " must be csv, parquet, json or manifest; got " ~ file.format) }}
+    {%- endif -%}
+    {%- if file.format == 'manifest' and (file.get('through_lsn') is none or file.get('files') is none or file.get('rows_by_file') is none) and not file.get('refused') -%}
+        {{ exceptions.raise_compiler_error("land_files: manifest " ~ file.relative ~ " needs through_lsn, files and rows_by_file (the runner reads them)") }}
     {%- endif -%}
 {%- endmacro %}
 

@@ -30,8 +30,32 @@
             current_rows: bigint, history_versions: bigint>>,
         streams array<struct<channel: string, lines_landed: bigint, duplicates: bigint,
             pending_messages: bigint, tombstones: bigint, quarantined: bigint, quarantined_total: bigint>>,
-        failed_nodes array<string>
+        failed_nodes array<string>,
+        exported_lsn map<string, string>,
+        manifests_from string,
+        refused array<string>
     ) using delta
+{%- endmacro %}
+
+{#- Columns added to the ledger after its first release, with their types: a ledger created
+    before them gets them added (Delta ADD COLUMNS), so upgrading needs no full refresh. -#}
+{% macro _ledger_added_columns() -%}
+    {{ return({'exported_lsn': 'map<string, string>', 'manifests_from': 'string', 'refused': 'array<string>'}) }}
+{%- endmacro %}
+
+{% macro _ledger_migrate(relation) -%}
+    {%- set present = [] -%}
+    {%- for row in run_query('describe table ' ~ relation) -%}
+        {%- if not row[0] or row[0].startswith('#') -%}{%- break -%}{%- endif -%}
+        {%- do present.append(row[0] | lower) -%}
+    {%- endfor -%}
+    {%- set missing = [] -%}
+    {%- for name, type in sqlserver_cdc._ledger_added_columns().items() if name not in present -%}
+        {%- do missing.append(name ~ ' ' ~ type) -%}
+    {%- endfor -%}
+    {%- if missing -%}
+        {% do run_query('alter table ' ~ relation ~ ' add columns (' ~ missing | join(', ') ~ ')') %}
+    {%- endif -%}
 {%- endmacro %}
 
 {#- The channels of the declared tracked tables, sorted. -#}
@@ -78,17 +102,19 @@
     {%- set raw = (raw_schema or var('cdc_raw_schema', target.schema ~ '_raw')) ~ '.landed_rows' -%}
     {% do run_query('create schema if not exists ' ~ ledger.schema) %}
     {% do run_query(sqlserver_cdc._ledger_ddl(ledger)) %}
+    {% do sqlserver_cdc._ledger_migrate(ledger) %}
     {% do run_query(sqlserver_cdc.ensure_watermark_table()) %}
     {%- if run_query("select count(*) from " ~ ledger ~ " where status = 'running'").rows[0][0] > 0 %}
     {% do run_query("update " ~ ledger ~ " set status = 'abandoned', ended_at = current_timestamp() where status = 'running'") %}
     {%- endif %}
-    {% do sqlserver_cdc.land_files(files, batch_id, raw_schema) %}
+    {%- set landing = sqlserver_cdc.land_files(files, batch_id, raw_schema) -%}
     {%- set landed = {} -%}
     {%- for row in run_query(sqlserver_cdc.landed_batch_counts(batch_id, raw_schema)) -%}
         {%- do landed.update({row[0] ~ '/' ~ row[1]: row[2] | int}) -%}
     {%- endfor -%}
     {%- set previous = run_query("select max(run_id), max_by(to_json(landed_lsn), run_id), max_by(to_json(upper_batch), run_id),"
-        ~ " max(run_id) filter (where status in ('succeeded', 'failed', 'nothing_to_do'))"
+        ~ " max(run_id) filter (where status in ('succeeded', 'failed', 'nothing_to_do')),"
+        ~ " max_by(to_json(exported_lsn), run_id), max_by(manifests_from, run_id)"
         ~ " from " ~ ledger ~ " where status != 'running'").rows[0] -%}
     {%- set since = previous[0] or '' -%}
     {%- set landed_lsn = sqlserver_cdc._json_map(previous[1]) -%}
@@ -108,6 +134,8 @@
             {%- do landed_lsn.update({row[0]: row[1]}) -%}
         {%- endif -%}
     {%- endfor -%}
+    {%- set export = sqlserver_cdc._export_cut(raw, since, previous[5] or '', sqlserver_cdc._json_map(previous[4]),
+        landed_lsn.get('change_tables')) -%}
     {%- set upper = {} -%}
     {%- if upper_lsn is not none -%}
         {%- set capped = run_query('select ' ~ sqlserver_cdc.lsn_normalize(sqlserver_cdc._sql_string(upper_lsn))).rows[0][0] -%}
@@ -118,16 +146,27 @@
     {%- else -%}
         {%- do upper.update(landed_lsn) -%}
     {%- endif -%}
+    {%- if export.cut is not none and upper.get('change_tables') and export.cut < upper['change_tables'] -%}
+        {%- if export.cut -%}
+            {%- do upper.update({'change_tables': export.cut}) -%}
+        {%- else -%}
+            {%- do upper.pop('change_tables') -%}
+        {%- endif -%}
+    {%- endif -%}
     {%- set status = 'running' -%}
     {%- if not force and not landed and sqlserver_cdc._marts_at(upper, upper_batch) -%}
         {%- set status = 'nothing_to_do' -%}
     {%- endif -%}
+    {%- set refused = [] -%}
+    {%- for reason in landing.refused -%}{%- do refused.append(sqlserver_cdc._sql_string(reason)) -%}{%- endfor -%}
     {% do run_query('insert into ' ~ ledger ~ ' (run_id, started_at, ended_at, status, full_refresh, since_run_id, landed,'
-        ~ ' landed_lsn, upper_lsn, upper_batch) select ' ~ sqlserver_cdc._sql_string(batch_id) ~ ', current_timestamp(), '
+        ~ ' landed_lsn, upper_lsn, upper_batch, exported_lsn, manifests_from, refused) select ' ~ sqlserver_cdc._sql_string(batch_id) ~ ', current_timestamp(), '
         ~ ('current_timestamp()' if status != 'running' else 'cast(null as timestamp)') ~ ", '" ~ status ~ "', "
         ~ (full_refresh | string | lower) ~ ', ' ~ sqlserver_cdc._sql_string(previous[3] or '') ~ ', '
         ~ sqlserver_cdc._sql_map(landed, 'bigint') ~ ', ' ~ sqlserver_cdc._sql_map(landed_lsn, 'string') ~ ', '
-        ~ sqlserver_cdc._sql_map(upper, 'string') ~ ', ' ~ sqlserver_cdc._sql_map(upper_batch, 'string')) %}
+        ~ sqlserver_cdc._sql_map(upper, 'string') ~ ', ' ~ sqlserver_cdc._sql_map(upper_batch, 'string') ~ ', '
+        ~ sqlserver_cdc._sql_map(export.exported, 'string') ~ ', ' ~ sqlserver_cdc._sql_string(export.manifests_from) ~ ', '
+        ~ 'cast(array(' ~ refused | join(', ') ~ ') as array<string>)') %}
     {%- set channels = sqlserver_cdc._declared_channels() -%}
     {#- the seeds (reference tables of the data tests) need loading only once -#}
     {%- set seeds_loaded = [] -%}
@@ -136,8 +175,83 @@
         {%- do seeds_loaded.append(run_query("show tables in " ~ node.schema ~ " like " ~ sqlserver_cdc._sql_string(node.alias)).rows | length > 0) -%}
     {%- endfor -%}
     {%- set payload = {'run_id': batch_id, 'status': status, 'landed': landed, 'upper_lsn': upper,
-        'upper_batch': upper_batch, 'channels': channels, 'seeds_loaded': false not in seeds_loaded} -%}
+        'upper_batch': upper_batch, 'channels': channels, 'seeds_loaded': false not in seeds_loaded,
+        'refused': landing.refused, 'waiting': landing.waiting, 'held_back': export.held_back,
+        'without_manifest': export.without_manifest, 'export_gaps': export.gaps} -%}
     {{ log('sqlserver_cdc.begin_run ' ~ tojson(payload), info=true) }}
+{%- endmacro %}
+
+{#- The change-table cut that export manifests allow (README "Export manifests"):
+    {exported, manifests_from, cut, held_back, without_manifest, gaps}.
+    exported: per capture instance with manifests, the LSN its exports cover without a gap (the
+    previous run's value, raised by the manifests landed since `since` or, while one waits beyond
+    a gap, since manifests_from, the batch of the earliest such manifest). A manifest continues
+    the chain when its after_lsn is at or below the LSN reached (the first one starts it).
+    cut: the smallest exported LSN of the declared change-table instances that have manifests
+    (none when none has), and held_back the table holding the cut below `captured` (the landed
+    lsn_time_mapping high-water mark): {table, capture_instance, exported_lsn, captured_lsn}.
+    without_manifest: the declared instances with none (their rows follow the mapping alone). -#}
+{% macro _export_cut(raw, since, manifests_from, exported, captured) -%}
+    {%- set rows = run_query("select entity, row_values['after_lsn'], row_values['through_lsn'], _batch_id from " ~ raw
+        ~ " where landing_kind = 'manifest' and (_batch_id > " ~ sqlserver_cdc._sql_string(since)
+        ~ (" or _batch_id >= " ~ sqlserver_cdc._sql_string(manifests_from) if manifests_from else '') ~ ")"
+        ~ " order by entity, coalesce(row_values['after_lsn'], ''), row_values['through_lsn']") -%}
+    {%- set by_instance = {} -%}
+    {%- for row in rows -%}
+        {%- do by_instance.setdefault(row[0] | lower, []).append({'after': row[1], 'through': row[2], 'batch': row[3]}) -%}
+    {%- endfor -%}
+    {%- set exported = dict(exported) -%}
+    {%- set pending = [] -%}
+    {%- set gaps = [] -%}
+    {%- for instance, manifests in by_instance.items() -%}
+        {%- set reached = namespace(lsn=exported.get(instance)) -%}
+        {#- each pass takes every manifest that continues the chain; as many passes as manifests -#}
+        {%- for _ in manifests -%}
+            {%- for m in manifests if m.through > (reached.lsn or '') and (reached.lsn is none or m.after is none or m.after <= reached.lsn) -%}
+                {%- set reached.lsn = m.through -%}
+            {%- endfor -%}
+        {%- endfor -%}
+        {%- do exported.update({instance: reached.lsn}) -%}
+        {%- for m in manifests if m.through > reached.lsn -%}
+            {%- do pending.append(m.batch) -%}
+            {%- if loop.first -%}
+                {%- do gaps.append(instance ~ ': exported through 0x' ~ reached.lsn ~ ', the next landed export starts after 0x' ~ m.after) -%}
+            {%- endif -%}
+        {%- endfor -%}
+    {%- endfor -%}
+    {%- set required = sqlserver_cdc._export_manifests_required() -%}
+    {%- set cut = namespace(lsn=none, table=none, instance=none) -%}
+    {%- set without = [] -%}
+    {%- for name, table in var('cdc_tracked_tables', {}).items() | sort if table.get('channel', 'change_tables') == 'change_tables' -%}
+        {%- set instance = (table.get('capture_instance') or '') | lower -%}
+        {%- if instance in exported or required -%}
+            {%- if cut.lsn is none or exported.get(instance, '') < cut.lsn -%}
+                {%- set cut.lsn = exported.get(instance, '') -%}
+                {%- set cut.table = name -%}
+                {%- set cut.instance = instance -%}
+            {%- endif -%}
+        {%- else -%}
+            {%- do without.append(instance) -%}
+        {%- endif -%}
+    {%- endfor -%}
+    {%- set held_back = none -%}
+    {%- if cut.lsn is not none and captured and cut.lsn < captured -%}
+        {#- '' (required, not exported yet): no change-table mart takes anything -#}
+        {%- set held_back = {'table': cut.table, 'capture_instance': cut.instance, 'exported_lsn': cut.lsn, 'captured_lsn': captured} -%}
+    {%- endif -%}
+    {{ return({'exported': exported, 'manifests_from': (pending | min) if pending else '', 'cut': cut.lsn,
+        'held_back': held_back, 'without_manifest': without, 'gaps': gaps}) }}
+{%- endmacro %}
+
+{#- var cdc_export_manifests: 'optional' (default; an instance without manifests follows the
+    lsn_time_mapping alone, with a warning) or 'required' (an instance without a landed manifest
+    holds the cut where its exports reach: nowhere until its first lands). -#}
+{% macro _export_manifests_required() -%}
+    {%- set mode = var('cdc_export_manifests', 'optional') -%}
+    {%- if mode not in ('optional', 'required') -%}
+        {{ exceptions.raise_compiler_error("var cdc_export_manifests must be 'optional' or 'required'; got " ~ mode) }}
+    {%- endif -%}
+    {{ return(mode == 'required') }}
 {%- endmacro %}
 
 {#- True when every tracked table's marts have reached their channel's upper bound (and, for

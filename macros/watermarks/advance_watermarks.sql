@@ -45,7 +45,7 @@
     '{{ value }}'
     {%- elif channel == 'change_tables' -%}
         {%- set mapping = graph.nodes.values() | selectattr('name', 'equalto', 'stg_cdc_metadata__lsn_time_mapping') | first -%}
-    (select max(start_lsn) from {{ mapping.relation_name }} where quarantine_reason is null)
+    {{ sqlserver_cdc._capped_by_export_cut('(select max(start_lsn) from ' ~ mapping.relation_name ~ ' where quarantine_reason is null)') }}
     {%- else -%}
     ({{ sqlserver_cdc._landed_upper_lsn(channel) }})
     {%- endif -%}

@@ -1,8 +1,9 @@
 {#- The run's upper LSN bound for a channel's tables. In a runner's build (var cdc_runner) the
     bound its begin_run recorded in the run ledger. Otherwise var cdc_upper_lsn when set (one LSN
     for every channel or a mapping channel -> LSN), else: change tables use the capture
-    high-water mark landed in lsn_time_mapping; CES and Debezium the largest commit LSN landed
-    (see _landed_upper_lsn). -#}
+    high-water mark landed in lsn_time_mapping, held at the export cut the last runner run
+    recorded (see _capped_by_export_cut); CES and Debezium the largest commit LSN landed (see
+    _landed_upper_lsn). -#}
 {% macro upper_lsn(channel='change_tables') -%}
     {%- set value = var('cdc_upper_lsn', none) -%}
     {%- if value is mapping -%}
@@ -13,7 +14,7 @@
     {%- elif value is none -%}
         {%- if channel == 'change_tables' %}
     -- depends_on: {{ ref('stg_cdc_metadata__lsn_time_mapping') }}
-    {{ sqlserver_cdc.max_lsn() }}
+    {{ sqlserver_cdc._capped_by_export_cut(sqlserver_cdc.max_lsn()) }}
         {%- else %}
     ({{ sqlserver_cdc._landed_upper_lsn(channel) }})
         {%- endif -%}
@@ -62,4 +63,35 @@
     is not. -#}
 {% macro _raw_landed_rows() -%}
     {{ var('cdc_raw_schema', target.schema ~ '_raw') }}.landed_rows
+{%- endmacro %}
+
+{#- `expr` (the change-table capture high-water mark), held at the cut export manifests allow
+    (README "Export manifests") for a plain dbt build: the smallest exported LSN, as the last
+    runner run recorded it in the ledger, of the declared capture instances with manifests (with
+    var cdc_export_manifests 'required', an instance without any holds every mart: NULL). Read
+    when a build executes; otherwise, and when no runner run recorded exports, `expr` as is. -#}
+{% macro _capped_by_export_cut(expr) -%}
+    {%- set cut = namespace(lsn=none) -%}
+    {%- if execute and flags.WHICH in ('run', 'build', 'retry') -%}
+        {%- set ledger = sqlserver_cdc.ledger_relation() -%}
+        {%- if run_query("show tables in " ~ ledger.schema ~ " like '" ~ ledger.identifier ~ "'").rows | length > 0
+            and 'exported_lsn' in run_query('describe table ' ~ ledger).columns[0].values() -%}
+            {%- set exported = sqlserver_cdc._json_map(run_query("select to_json(max_by(exported_lsn, run_id)) from " ~ ledger
+                ~ " where status != 'running'").rows[0][0]) -%}
+            {%- set required = sqlserver_cdc._export_manifests_required() -%}
+            {%- for name, table in var('cdc_tracked_tables', {}).items() if table.get('channel', 'change_tables') == 'change_tables' -%}
+                {%- set instance = (table.get('capture_instance') or '') | lower -%}
+                {%- if (instance in exported or (required and exported)) and (cut.lsn is none or exported.get(instance, '') < cut.lsn) -%}
+                    {%- set cut.lsn = exported.get(instance, '') -%}
+                {%- endif -%}
+            {%- endfor -%}
+        {%- endif -%}
+    {%- endif -%}
+    {%- if cut.lsn is none -%}
+    {{ expr }}
+    {%- elif cut.lsn == '' -%}
+    cast(null as string)
+    {%- else -%}
+    (select if(high_water_mark is null or high_water_mark <= '{{ cut.lsn }}', high_water_mark, '{{ cut.lsn }}') from (select {{ expr }} as high_water_mark) as captured)
+    {%- endif -%}
 {%- endmacro %}
