@@ -13,9 +13,10 @@ from pathlib import Path
 
 from runner import landing, report
 from runner.dbt import Dbt
-from runner.errors import EXIT_OK, InfrastructureError, PipelineFailed, RunnerError
+from runner.errors import EXIT_OK, InfrastructureError, PipelineFailed, RunnerError, UsageError
 from runner.lock import RunnerLock, describe_previous, lock_path
 from runner.profile import load_target
+from runner.project import check_model_files
 from runner.session import create_file_writer_session, create_session
 from runner.unchanged import LastRun
 
@@ -46,6 +47,13 @@ def _parser() -> argparse.ArgumentParser:
     for p in (run, demo, audit):
         p.add_argument("--wait", type=float, default=0, metavar="SECONDS",
                        help="when another runner holds the warehouse, wait up to SECONDS for it (default: exit 2 at once)")
+
+    scaffold = sub.add_parser("scaffold", help="declare captured tables (and write their model files and YAML docs) "
+                                               "from the landed cdc.captured_columns and cdc.change_tables exports")
+    common(scaffold)
+    scaffold.add_argument("--tables", nargs="+", default=[], help="only these tables (names or capture instances)")
+    scaffold.add_argument("--key", nargs="+", default=[], metavar="TABLE=COLUMN[,COLUMN]",
+                          help="the key of a table whose metadata does not give it")
 
     gen = sub.add_parser("generate", help="write simulated landing data for the tracked tables")
     common(gen)
@@ -104,6 +112,9 @@ def run_pipeline(project_dir: Path, target, landing_dir: Path, *, select: list[s
         raise InfrastructureError("begin_run reported nothing: is the project's sqlserver_cdc package current?")
     landed = begun["landed"]
     progress.step(f"landed {sum(landed.values())} records from {len(landed)} folders")
+    refused = begun.get("refused") or []
+    for line in report.landing_lines(begun):
+        progress.step(line)
     for channel in begun["channels"]:
         if begun["upper_lsn"].get(channel):
             progress.step(f"window ({channel}): changes up to LSN 0x{begun['upper_lsn'][channel]} (one bound for its tables)")
@@ -111,6 +122,7 @@ def run_pipeline(project_dir: Path, target, landing_dir: Path, *, select: list[s
             progress.step(f"window ({channel}): nothing landed yet to apply")
     if begun["status"] == "nothing_to_do":
         progress.step("nothing new landed and every mart is at its upper bound: nothing to build")
+        _refused(refused)
         return []
     progress.step("dbt build" + (" --full-refresh" if full_refresh else ""))
     reports: dict[str, object] = {}
@@ -137,9 +149,19 @@ def run_pipeline(project_dir: Path, target, landing_dir: Path, *, select: list[s
             f"{len(failed)} dbt node(s) failed ({'; '.join(failed[:3])}); watermarks of the affected marts were "
             "not advanced: fix the cause and re-run"
         )
+    _refused(refused)
     if strict and quarantined:
         raise PipelineFailed("rows were quarantined and --strict is set; inspect cdc_quarantine")
     return summary
+
+
+def _refused(refused: list[str]) -> None:
+    if refused:
+        raise PipelineFailed(
+            f"{len(refused)} landing file(s) were refused (listed above) and landed nothing; everything else was "
+            "landed and applied. Replace each with a complete copy (a refused file was never landed, so the same "
+            "name works) and re-run"
+        )
 
 
 def _landing_dir(args) -> Path:
@@ -153,11 +175,15 @@ def main(argv: list[str] | None = None) -> int:
         args.project_dir = args.project_dir.resolve()
         if args.command == "bench":
             return _bench(args, progress)
+        if args.command == "scaffold":
+            return _scaffold(args, progress)
         target = load_target(args.project_dir, args.target)
         if args.command == "generate":
             return _generate(args, target, progress)
         if args.command == "run":
             landing.discover(_landing_dir(args))  # a missing landing folder is a usage error: fail before Spark
+        if args.command in ("run", "demo", "audit"):
+            check_model_files(args.project_dir)
         with RunnerLock(lock_path(target, args.project_dir), target.name).acquire(args.wait, progress) as held:
             if describe_previous(held):
                 progress.step(describe_previous(held))
@@ -218,6 +244,31 @@ def _audit(args, target, progress) -> int:
         raise PipelineFailed(f"audit: {len(failed)} test(s) failed ({'; '.join(failed[:3])}); see the log above")
     progress.step("audit passed: every data test holds on the whole tables")
     progress.step("OK")
+    return EXIT_OK
+
+
+def _scaffold(args, progress) -> int:
+    from runner import scaffold
+
+    keys = {}
+    for item in args.key:
+        table, _, columns = item.partition("=")
+        if not table or not columns:
+            raise UsageError(f"--key takes TABLE=COLUMN[,COLUMN]; got {item!r}")
+        keys[table] = [c.strip() for c in columns.split(",") if c.strip()]
+    landing_dir = _landing_dir(args)
+    landing.discover(landing_dir)
+    progress.step(f"reading the CDC metadata exports in {landing_dir}/cdc_metadata")
+    spark = create_file_writer_session()
+    try:
+        lines = scaffold.scaffold(spark, args.project_dir, landing_dir, args.tables, keys)
+    finally:
+        spark.stop()
+    for line in lines:
+        progress.step(line)
+    if any(line.endswith(": not written") for line in lines):
+        raise PipelineFailed("some tables were not scaffolded (see above): land the missing metadata or pass --key")
+    progress.step("OK: review the changes (git diff), then run the pipeline")
     return EXIT_OK
 
 

@@ -95,28 +95,16 @@ def _write_jsonl(path: Path, records: list[dict[str, object]]) -> None:
 
 def write_batch(landing: Path, batch: str, tables: list[TableSpec], transactions: list[Transaction],
                 formats: dict[str, str], spark=None, min_lsn: dict[str, int] | None = None,
-                mapped: list[Transaction] | None = None) -> None:
+                mapped: list[Transaction] | None = None, manifest: tuple[int | None, int] | None = None) -> None:
     """Writes the change rows of `transactions` and the lsn_time_mapping rows of `mapped`
     (default: the same transactions) as batch `batch`. formats maps table name to 'parquet' |
     'csv' | 'jsonl'. min_lsn (capture instance to LSN) writes a cdc.change_tables export with
-    that validity low end."""
+    that validity low end. manifest (after_lsn, through_lsn) writes each capture instance's export
+    manifest for that range (README "Export manifests"), also for an instance without changes."""
     for table in tables:
-        if table.channel != "change_tables":
-            continue
-        rows = [r for tx in transactions for r in tx.changes.get(table.name, [])]
-        if not rows:
-            continue
-        folder = landing / "change_tables" / table.capture_instance
-        folder.mkdir(parents=True, exist_ok=True)
-        fmt = formats.get(table.name, "csv")
-        records = [_change_record(table, r, binary=fmt == "parquet") for r in rows]
-        target = folder / f"{batch}.{fmt}"
-        if fmt == "parquet":
-            _write_parquet(spark, target, table, records)
-        elif fmt == "jsonl":
-            _write_jsonl(target, records)
-        else:
-            _write_csv(target, records, [*CT_META, *(c.name for c in table.columns), "__$command_id"])
+        if table.channel == "change_tables":
+            write_export(landing, batch, table, transactions, formats.get(table.name, "csv"), spark,
+                         *(manifest or (None, None)))
     mapping = landing / "cdc_metadata" / "lsn_time_mapping"
     mapping.mkdir(parents=True, exist_ok=True)
     _write_jsonl(mapping / f"{batch}.jsonl", [
@@ -128,21 +116,75 @@ def write_batch(landing: Path, batch: str, tables: list[TableSpec], transactions
         write_change_tables(landing, batch, tables, min_lsn)
 
 
+def write_export(landing: Path, batch: str, table: TableSpec, transactions: list[Transaction], fmt: str = "csv",
+                 spark=None, after: int | None = None, through: int | None = None) -> None:
+    """One capture instance's export of batch `batch`: its change rows in `transactions` as one
+    file (none when it has none) and, when `through` is given, the export manifest for the range
+    (after, through] written last, as an exporter must (README "Export manifests")."""
+    rows = [r for tx in transactions for r in tx.changes.get(table.name, [])]
+    folder = landing / "change_tables" / table.capture_instance
+    folder.mkdir(parents=True, exist_ok=True)
+    files = []
+    if rows:
+        records = [_change_record(table, r, binary=fmt == "parquet") for r in rows]
+        target = folder / f"{batch}.{fmt}"
+        if fmt == "parquet":
+            _write_parquet(spark, target, table, records)
+        elif fmt == "jsonl":
+            _write_jsonl(target, records)
+        else:
+            _write_csv(target, records, [*CT_META, *(c.name for c in table.columns), "__$command_id"])
+        files.append({"path": target.name, "rows": len(records), "bytes": target.stat().st_size})
+    if through is not None:
+        (folder / f"{batch}.manifest.json").write_text(json.dumps({
+            "capture_instance": table.capture_instance,
+            "after_lsn": None if after is None else "0x" + lsn_hex(after),
+            "through_lsn": "0x" + lsn_hex(through),
+            "files": files,
+        }, indent=2) + "\n")
+
+
 def write_change_tables(landing: Path, batch: str, tables: list[TableSpec], min_lsn: dict[str, int]) -> None:
+    """A cdc.change_tables export joined with what sys.sp_cdc_help_change_data_capture adds: the
+    source schema and table (the demo's capture instances are named <schema>_<table>, SQL
+    Server's default) and the key's index_column_list."""
     folder = landing / "cdc_metadata" / "change_tables"
     folder.mkdir(parents=True, exist_ok=True)
     _write_csv(folder / f"{batch}.csv", [
         {"object_id": 1000 + i, "capture_instance": t.capture_instance, "start_lsn": "0x" + lsn_hex(min_lsn[t.capture_instance]),
-         "supports_net_changes": 1, "index_name": "pk_" + t.name}
+         "supports_net_changes": 1, "index_name": "pk_" + t.name, **_source_of(t.capture_instance), "index_column_list": ", ".join(f"[{k}]" for k in t.key)}
         for i, t in enumerate(tables) if t.capture_instance in min_lsn
-    ], ["object_id", "capture_instance", "start_lsn", "supports_net_changes", "index_name"])
+    ], ["object_id", "capture_instance", "start_lsn", "supports_net_changes", "index_name", "source_schema", "source_table",
+        "index_column_list"])
+
+
+def _source_of(capture_instance: str) -> dict[str, str]:
+    schema, _, table = capture_instance.partition("_")
+    return {"source_schema": schema, "source_table": table} if table else {"source_schema": "dbo", "source_table": schema}
+
+
+def _type_parts(sql_type: str) -> dict[str, object]:
+    """cdc.captured_columns.column_type is the bare type name; the length, precision, scale and
+    fraction digits come from INFORMATION_SCHEMA.COLUMNS (README "Scaffolding")."""
+    base, _, args = sql_type.lower().partition("(")
+    args = [a.strip() for a in args.rstrip(")").split(",")] if args else []
+    parts: dict[str, object] = {"column_type": base, "character_maximum_length": None, "numeric_precision": None,
+                                "numeric_scale": None, "datetime_precision": None}
+    if args and base in ("char", "varchar", "nchar", "nvarchar", "binary", "varbinary"):
+        parts["character_maximum_length"] = -1 if args[0] == "max" else int(args[0])
+    elif args and base in ("decimal", "numeric"):
+        parts["numeric_precision"], parts["numeric_scale"] = int(args[0]), int(args[1]) if len(args) > 1 else 0
+    elif args:
+        parts["datetime_precision"] = int(args[0])
+    return parts
 
 
 def write_captured_columns(landing: Path, tables: list[TableSpec]) -> None:
     folder = landing / "cdc_metadata" / "captured_columns"
     folder.mkdir(parents=True, exist_ok=True)
     _write_csv(folder / "captured_columns.csv", [
-        {"object_id": 1000 + i, "column_name": c.name, "column_id": c.ordinal, "column_type": c.type,
-         "column_ordinal": c.ordinal, "is_computed": 0}
+        {"object_id": 1000 + i, "column_name": c.name, "column_id": c.ordinal, "column_ordinal": c.ordinal, "is_computed": 0,
+         **_type_parts(c.type)}
         for i, t in enumerate(tables) if t.channel == "change_tables" for c in t.columns
-    ], ["object_id", "column_name", "column_id", "column_type", "column_ordinal", "is_computed"])
+    ], ["object_id", "column_name", "column_id", "column_type", "column_ordinal", "is_computed", "character_maximum_length",
+        "numeric_precision", "numeric_scale", "datetime_precision"])

@@ -32,6 +32,22 @@ def tracked_tables(project_dir: Path) -> list[TableSpec]:
     return specs
 
 
+def check_model_files(project_dir: Path) -> None:
+    """Every declared tracked table has its four thin model files somewhere under models/ (dbt
+    would otherwise report the missing staging model against the cdc_quarantine view that reads
+    it). Raises UsageError naming the table and the missing files."""
+    present = {p.name for p in (project_dir / "models").rglob("*.sql")}
+    problems = []
+    for t in tracked_tables(project_dir):
+        names = [f"stg_{t.channel}__{t.name}.sql", f"int_{t.name}__transactions.sql", f"{t.name}_current.sql",
+                 f"{t.name}_history.sql"]
+        if missing := [n for n in names if n not in present]:
+            problems.append(f"tracked table '{t.name}' has no model file {', '.join(missing)}")
+    if problems:
+        raise UsageError("; ".join(problems) + " (README \"Declaring a tracked table\" shows them; "
+                         "`python -m runner scaffold` writes them for change-table instances)")
+
+
 # The thin model file of each channel's staging model, as README "Declaring a tracked table" shows.
 STAGING_MACROS = {"change_tables": "stage_change_table", "ces": "stage_ces_table",
                   "debezium": "stage_debezium_table"}
@@ -71,16 +87,29 @@ def copy_project(source: Path, destination: Path, tables: dict[str, dict], repla
     declared.update(tables)
     (destination / "dbt_project.yml").write_text(yaml.safe_dump(config, sort_keys=False))
     for name, table in tables.items():
-        (destination / "models/staging" / table["channel"] / f"stg_{table['channel']}__{name}.sql").write_text(
-            f"{{{{ sqlserver_cdc.{STAGING_MACROS[table['channel']]}('{name}') }}}}\n")
-        (destination / "models/intermediate" / f"int_{name}__transactions.sql").write_text(
-            f"{{{{ sqlserver_cdc.transactions('{name}') }}}}\n")
-        (destination / "models/marts" / name).mkdir(parents=True, exist_ok=True)
-        (destination / "models/marts" / name / f"{name}_current.sql").write_text(
-            f"{{{{ sqlserver_cdc.current_state('{name}') }}}}\n")
-        (destination / "models/marts" / name / f"{name}_history.sql").write_text(
-            f"{{{{ sqlserver_cdc.history('{name}') }}}}\n")
+        write_model_files(destination, name, table["channel"])
     return destination
+
+
+def write_model_files(project_dir: Path, name: str, channel: str) -> list[str]:
+    """Writes the four thin model files of a tracked table where README "Declaring a tracked
+    table" puts them, unless a file of that name exists anywhere under models/; returns what it
+    wrote."""
+    present = {p.name for p in (project_dir / "models").rglob("*.sql")}
+    files = {
+        f"models/staging/{channel}/stg_{channel}__{name}.sql": f"{STAGING_MACROS[channel]}('{name}')",
+        f"models/intermediate/int_{name}__transactions.sql": f"transactions('{name}')",
+        f"models/marts/{name}/{name}_current.sql": f"current_state('{name}')",
+        f"models/marts/{name}/{name}_history.sql": f"history('{name}')",
+    }
+    written = []
+    for relative, call in files.items():
+        path = project_dir / relative
+        if path.name not in present:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(f"{{{{ sqlserver_cdc.{call} }}}}\n")
+            written.append(relative)
+    return written
 
 
 def _drop_model_properties(destination: Path, models: set[str]) -> None:

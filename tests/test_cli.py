@@ -31,6 +31,18 @@ def test_bad_arguments_exit_2():
     assert _run("run", "--no-such-flag").returncode == 2
 
 
+def test_a_declared_table_without_its_model_files_is_a_usage_error_naming_them(tmp_path):
+    from tests.conftest import copy_project
+
+    project = copy_project(tmp_path / "project", {})
+    (project / "models/marts/customers/customers_history.sql").unlink()
+    (tmp_path / "landing").mkdir()
+    result = _run("run", "--project-dir", str(project), "--landing", str(tmp_path / "landing"))
+    assert result.returncode == 2
+    assert ("FAILED: tracked table 'customers' has no model file customers_history.sql"
+            in result.stdout.strip().splitlines()[-1]), result.stdout
+
+
 def test_a_run_is_skipped_only_when_landing_warehouse_project_and_target_are_as_the_last_run_left_them(tmp_path):
     """The record that lets a run with nothing new exit before Spark (runner/unchanged.py): any
     new or changed landing file, any Delta commit in the warehouse, any edit of the project and

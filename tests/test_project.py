@@ -1,11 +1,15 @@
 """The project as users meet it: `dbt docs generate` works and every model, column, seed and
-public macro is documented (the house style's 100% documentation target)."""
+public macro is documented (the house style's 100% documentation target), and a mistake in a
+declaration is an error that names the table and the field."""
 
 from __future__ import annotations
 
 import json
 
-from tests.conftest import PROJECT_DIR
+import pytest
+import yaml
+
+from tests.conftest import PROJECT_DIR, compile_sql
 
 
 def test_docs_generate_and_documentation_coverage(spark):
@@ -60,3 +64,12 @@ def test_every_data_test_is_scoped_to_the_run_or_an_audit():
             continue
         unscoped.append(node["name"])
     assert unscoped == ["declared_ordinals_match_captured_columns"]
+
+
+def test_a_declaration_mistake_is_an_error_naming_the_table_and_the_field():
+    declared = yaml.safe_load((PROJECT_DIR / "dbt_project.yml").read_text())["vars"]["cdc_tracked_tables"]
+    bad = {**declared["customers"], "columns": [*declared["customers"]["columns"],
+                                                 {"name": "location", "type": "geography", "ordinal": 9}]}
+    with pytest.raises(AssertionError, match="tracked table 'customers': column 'location' has type 'geography', "
+                                             "which is not a supported SQL Server type"):
+        compile_sql("{{ sqlserver_cdc.tracked_table('customers') }}", {"cdc_tracked_tables": {**declared, "customers": bad}})

@@ -25,7 +25,10 @@
         {%- if column.name is not defined or column.type is not defined or column.ordinal is not defined -%}
             {{ exceptions.raise_compiler_error("tracked table '" ~ table_name ~ "': every column needs name, type and ordinal; got " ~ column) }}
         {%- endif -%}
-        {%- do sqlserver_cdc.spark_type(column.type) -%}
+        {%- if adapter.dispatch('spark_type', 'sqlserver_cdc')(column.type | string) is none -%}
+            {{ exceptions.raise_compiler_error("tracked table '" ~ table_name ~ "': column '" ~ column.name ~ "' has type '"
+                ~ column.type ~ "', which is not a supported SQL Server type (supported: " ~ sqlserver_cdc._supported_types() ~ ")") }}
+        {%- endif -%}
     {%- endfor -%}
     {%- for key in raw.key if key | lower not in names -%}
         {{ exceptions.raise_compiler_error("tracked table '" ~ table_name ~ "': key column '" ~ key ~ "' is not among its columns") }}

@@ -2,9 +2,22 @@
     The seed sqlserver_types documents the same mapping; a test keeps them equal.
     Unknown types are a compile error naming the type. -#}
 {% macro spark_type(sqlserver_type) -%}
-    {{ return(adapter.dispatch('spark_type', 'sqlserver_cdc')(sqlserver_type)) }}
+    {%- set mapped = adapter.dispatch('spark_type', 'sqlserver_cdc')(sqlserver_type) -%}
+    {%- if mapped is none -%}
+        {{ exceptions.raise_compiler_error("spark_type: unsupported SQL Server type '" ~ sqlserver_type ~ "' (supported: "
+            ~ sqlserver_cdc._supported_types() ~ ")") }}
+    {%- endif -%}
+    {{ return(mapped) }}
 {%- endmacro %}
 
+{#- The SQL Server type names spark_type maps, for error messages. -#}
+{% macro _supported_types() -%}
+    {{ return('int bigint smallint tinyint bit decimal(p,s) numeric(p,s) money smallmoney float real date datetime '
+        ~ 'datetime2(n) smalldatetime datetimeoffset time char varchar nchar nvarchar text ntext xml sysname '
+        ~ 'uniqueidentifier binary varbinary image timestamp rowversion') }}
+{%- endmacro %}
+
+{#- The Spark type, or none for a type it does not map (spark_type raises then). -#}
 {% macro default__spark_type(sqlserver_type) -%}
     {%- set t = sqlserver_type | lower | replace(' ', '') -%}
     {%- set base = t.split('(')[0] -%}
@@ -28,5 +41,5 @@
     {%- elif base in simple -%}
         {{ return(simple[base]) }}
     {%- endif -%}
-    {{ exceptions.raise_compiler_error("spark_type: unsupported SQL Server type '" ~ sqlserver_type ~ "'") }}
+    {{ return(none) }}
 {%- endmacro %}

@@ -1,0 +1,368 @@
+"""`python -m runner scaffold`: the declaration, the four thin model files and the YAML docs of
+each captured table, from the CDC metadata exports in the landing folder (README "Scaffolding").
+
+Reads `cdc_metadata/captured_columns/` (names, ordinals, `column_type`, and the lengths,
+precisions and scales of an INFORMATION_SCHEMA join when exported), `cdc_metadata/change_tables/`
+(capture instance, `source_schema`, `source_table`, `index_column_list` when exported) and
+`cdc_metadata/index_columns/` (the key, when `index_column_list` is not there). A declaration is
+written or updated in place in dbt_project.yml (the fields scaffolding owns are replaced, any
+other field the user added is kept, the rest of the file is untouched); model files and YAML
+entries are written when missing. Running it again over the same metadata changes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from runner import landing
+from runner.errors import UsageError
+from runner.project import write_model_files
+
+LENGTH_TYPES = ("char", "varchar", "nchar", "nvarchar", "binary", "varbinary")
+PRECISION_TYPES = ("decimal", "numeric")
+FRACTION_TYPES = ("datetime2", "time", "datetimeoffset")
+PLAIN_TYPES = ("int", "bigint", "smallint", "tinyint", "bit", "money", "smallmoney", "float", "real", "date",
+               "datetime", "smalldatetime", "text", "ntext", "xml", "sysname", "uniqueidentifier", "image",
+               "timestamp", "rowversion", *LENGTH_TYPES, *FRACTION_TYPES)
+# the fields a scaffolded declaration owns; any other field of an existing declaration is kept
+OWNED = ("channel", "capture_instance", "source_schema", "source_table", "key", "columns")
+YAML_FILES = {"staging": "models/staging/change_tables/_change_tables__models.yml",
+              "intermediate": "models/intermediate/_intermediate__models.yml",
+              "marts": "models/marts/_marts__models.yml"}
+
+
+@dataclass
+class Captured:
+    """One capture instance as its metadata describes it."""
+
+    capture_instance: str
+    name: str
+    source_schema: str | None = None
+    source_table: str | None = None
+    key: list[str] = field(default_factory=list)
+    columns: list[dict] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    def declaration(self) -> dict:
+        declared = {"channel": "change_tables", "capture_instance": self.capture_instance}
+        if self.source_schema:
+            declared["source_schema"] = self.source_schema
+        if self.source_table:
+            declared["source_table"] = self.source_table
+        return {**declared, "key": self.key, "columns": self.columns}
+
+
+def sql_type(row: dict) -> str | None:
+    """A column's declared type from its captured_columns row: `column_type` (or `data_type`)
+    with the length, precision or fraction digits SQL Server's INFORMATION_SCHEMA gives
+    (character_maximum_length, -1 for max; numeric_precision, numeric_scale; datetime_precision).
+    None when it cannot be declared (an unsupported type, or a decimal without its precision)."""
+    t = str(row.get("column_type") or row.get("data_type") or "").strip().lower()
+    base = t.split("(")[0].strip()
+    if "(" in t:
+        return t.replace(" ", "") if base in (*PLAIN_TYPES, *PRECISION_TYPES) else None
+
+    def number(name: str) -> int | None:
+        value = row.get(name)
+        return None if value in (None, "") else int(float(value))
+
+    if base in LENGTH_TYPES and number("character_maximum_length") is not None:
+        n = number("character_maximum_length")
+        return f"{base}({'max' if n == -1 else n})"
+    if base in PRECISION_TYPES:
+        p, s = number("numeric_precision"), number("numeric_scale")
+        return None if p is None or s is None else f"{base}({p},{s})"
+    if base in FRACTION_TYPES and number("datetime_precision") is not None:
+        return f"{base}({number('datetime_precision')})"
+    return base if base in PLAIN_TYPES else None
+
+
+def read_metadata(spark, landing_dir: Path) -> dict[str, list[dict]]:
+    """The rows of every landed export of captured_columns, change_tables and index_columns,
+    keys lower-cased, files in name order (a later export of the same row wins)."""
+    found: dict[str, list[dict]] = {"captured_columns": [], "change_tables": [], "index_columns": []}
+    readers = {"csv": lambda p: spark.read.option("header", "true").csv(p), "json": spark.read.json,
+               "parquet": spark.read.parquet}
+    for f in landing.discover(landing_dir):
+        if f.kind == "cdc_metadata" and f.entity in found:
+            rows = readers[f.fmt](str(f.path)).collect()
+            found[f.entity] += [{k.lower(): v for k, v in r.asDict().items()} for r in rows]
+    return found
+
+
+def describe(metadata: dict[str, list[dict]], keys: dict[str, list[str]]) -> list[Captured]:
+    """The capture instances the metadata describes, sorted by name."""
+    instances: dict[str, dict] = {}
+    by_object: dict[str, str] = {}
+    for row in metadata["change_tables"]:
+        if row.get("capture_instance"):
+            instances[row["capture_instance"]] = row
+            if row.get("object_id") is not None:
+                by_object[str(row["object_id"])] = row["capture_instance"]
+    columns: dict[str, dict[str, dict]] = {}
+    for row in metadata["captured_columns"]:
+        ci = row.get("capture_instance") or by_object.get(str(row.get("object_id")))
+        if ci and row.get("column_name"):
+            instances.setdefault(ci, {"capture_instance": ci})
+            columns.setdefault(ci, {})[row["column_name"]] = row
+    index: dict[str, list[tuple[int, str]]] = {}
+    for row in metadata["index_columns"]:
+        ci = row.get("capture_instance") or by_object.get(str(row.get("object_id")))
+        if ci and row.get("column_name"):
+            index.setdefault(ci, []).append((int(row.get("index_ordinal") or 0), row["column_name"]))
+    names = [r.get("source_table") or ci for ci, r in instances.items()]
+    result = []
+    for ci, row in sorted(instances.items()):
+        name = row.get("source_table") or ci
+        if names.count(name) > 1:
+            name = ci  # two capture instances of one table: each keeps its own name
+        name = re.sub(r"\W", "_", name).lower()
+        captured = Captured(ci, name, row.get("source_schema"), row.get("source_table"))
+        for column in sorted(columns.get(ci, {}).values(), key=lambda c: int(c["column_ordinal"])):
+            declared_type = sql_type(column)
+            if declared_type is None:
+                captured.problems.append(
+                    f"column {column['column_name']}: type {column.get('column_type') or column.get('data_type')!r} cannot be "
+                    "declared (unsupported, or a decimal without numeric_precision and numeric_scale); left out")
+                continue
+            captured.columns.append({"name": column["column_name"], "type": declared_type,
+                                     "ordinal": int(column["column_ordinal"])})
+        if not captured.columns:
+            captured.problems.append("no captured columns landed (export cdc.captured_columns)")
+        given = keys.get(name) or keys.get(ci)
+        if given:
+            captured.key = given
+        elif row.get("index_column_list"):
+            captured.key = re.findall(r"\[([^\]]+)\]", row["index_column_list"]) or [
+                k.strip() for k in row["index_column_list"].split(",")]
+        elif ci in index:
+            captured.key = [c for _, c in sorted(index[ci])]
+        else:
+            captured.problems.append("no key: export cdc.index_columns (or index_column_list) or pass --key "
+                                     f"{name}=column[,column]")
+        unknown = [k for k in captured.key if k not in {c["name"] for c in captured.columns}]
+        if unknown:
+            captured.problems.append(f"key column(s) {', '.join(unknown)} are not among its declared columns")
+        result.append(captured)
+    return result
+
+
+def scaffold(spark, project_dir: Path, landing_dir: Path, tables: list[str] = (),
+             keys: dict[str, list[str]] | None = None) -> list[str]:
+    """Writes or updates what each captured table (or those named in `tables`, by name or
+    capture instance) needs; returns the report's lines. A table with a problem that leaves it
+    without columns or a key is reported and not written."""
+    described = describe(read_metadata(spark, landing_dir), keys or {})
+    if tables:
+        unknown = [t for t in tables if t not in {c.name for c in described} | {c.capture_instance for c in described}]
+        if unknown:
+            raise UsageError(f"scaffold: no landed metadata for {', '.join(unknown)} (known: "
+                             f"{', '.join(c.name for c in described) or 'none'})")
+        described = [c for c in described if c.name in tables or c.capture_instance in tables]
+    if not described:
+        raise UsageError(f"scaffold: no capture instance in {landing_dir}/cdc_metadata (land exports of "
+                         "cdc.change_tables and cdc.captured_columns first)")
+    report = []
+    for captured in described:
+        for problem in captured.problems:
+            report.append(f"{captured.name} ({captured.capture_instance}): {problem}")
+        if not captured.columns or not captured.key or any(p.startswith("key column") for p in captured.problems):
+            report.append(f"{captured.name}: not written")
+            continue
+        changes = [*_declare(project_dir, captured), *write_model_files(project_dir, captured.name, "change_tables"),
+                   *_document(project_dir, captured)]
+        report.append(f"{captured.name}: " + ("; ".join(changes) if changes else "unchanged"))
+    return report
+
+
+def _declare(project_dir: Path, captured: Captured) -> list[str]:
+    """Writes or updates the table's declaration in dbt_project.yml, in place."""
+    path = project_dir / "dbt_project.yml"
+    text = path.read_text()
+    existing = ((yaml.safe_load(text).get("vars") or {}).get("cdc_tracked_tables") or {}).get(captured.name)
+    if existing is not None and existing.get("channel", "change_tables") != "change_tables":
+        raise UsageError(f"scaffold: tracked table '{captured.name}' is declared with channel {existing['channel']}; "
+                         "rename one of them")
+    wanted = {**captured.declaration(), **{k: v for k, v in (existing or {}).items() if k not in OWNED}}
+    if existing == wanted:
+        return []
+    lines = text.splitlines(keepends=True)
+    start = next((i for i, line in enumerate(lines) if re.match(r"^  cdc_tracked_tables:\s*(\{\}\s*)?(#.*)?$", line)), None)
+    if start is None:
+        raise UsageError("scaffold: dbt_project.yml has no `cdc_tracked_tables:` under `vars:`; add `  cdc_tracked_tables: {}`")
+    lines[start] = "  cdc_tracked_tables:\n"
+    end = next((i for i in range(start + 1, len(lines)) if re.match(r"^ {0,3}\S", lines[i])), len(lines))
+    while end > start + 1 and re.match(r"^\s*(#.*)?$", lines[end - 1]) and not lines[end - 1].startswith("     "):
+        end -= 1  # comments and blank lines before the next section belong to it
+    block = _declaration_lines(captured.name, wanted)
+    first = next((i for i in range(start + 1, end) if re.match(rf"^    {re.escape(captured.name)}:\s*$", lines[i])), None)
+    if first is None:
+        lines[end:end] = block
+    else:
+        last = next((i for i in range(first + 1, end) if re.match(r"^ {0,4}[^\s]", lines[i])), end)
+        while last > first + 1 and re.match(r"^\s*(#.*)?$", lines[last - 1]):
+            last -= 1
+        lines[first:last] = block
+    path.write_text("".join(lines))
+    written = ((yaml.safe_load(path.read_text()).get("vars") or {}).get("cdc_tracked_tables") or {}).get(captured.name)
+    if written != wanted:
+        path.write_text(text)
+        raise UsageError(f"scaffold: could not write the declaration of {captured.name} into dbt_project.yml "
+                         "(its layout is not the one README shows); dbt_project.yml was left as it was")
+    return ["declaration " + ("updated" if existing else "written")]
+
+
+def _scalar(value: object) -> str:
+    if isinstance(value, str) and re.fullmatch(r"[A-Za-z_][\w()$#@ ]*", value) and value.lower() not in (
+            "true", "false", "null", "yes", "no", "on", "off", "~"):
+        return value
+    return json.dumps(value)
+
+
+def _declaration_lines(name: str, declared: dict) -> list[str]:
+    lines = [f"    {name}:\n"]
+    for key, value in declared.items():
+        if key == "columns":
+            lines.append("      columns:\n")
+            lines += [f"        - {{name: {_scalar(c['name'])}, type: {_scalar(c['type'])}, ordinal: {c['ordinal']}}}\n"
+                      for c in value]
+        elif key == "key":
+            lines.append(f"      key: [{', '.join(_scalar(k) for k in value)}]\n")
+        elif isinstance(value, (dict, list)):
+            dumped = yaml.safe_dump({key: value}, sort_keys=False, default_flow_style=None, width=100)
+            lines += ["      " + line + "\n" for line in dumped.splitlines()]
+        else:
+            lines.append(f"      {key}: {_scalar(value)}\n")
+    return lines
+
+
+class _IndentedDumper(yaml.SafeDumper):
+    """Lists indented under their key, as the project's YAML files write them."""
+
+    def increase_indent(self, flow: bool = False, indentless: bool = False):
+        return super().increase_indent(flow, False)
+
+    def ignore_aliases(self, data) -> bool:
+        return True
+
+
+def model_properties(captured: Captured) -> dict[str, list[dict]]:
+    """The YAML entries (docs and data tests) of a change-table table's four models, per layer,
+    as the demo's tables have them."""
+    name, key = captured.name, captured.key
+    source = ".".join(p for p in (captured.source_schema, captured.source_table) if p) or captured.capture_instance
+    typed = [(c["name"], f"{c['type']}. {{{{ doc('{'key_column' if c['name'] in key else '{kind}'}') }}}}")
+             for c in captured.columns]
+
+    def columns(kind: str) -> list[dict]:
+        return [{"name": n, "description": d.replace("{kind}", kind)} for n, d in typed]
+
+    def doc(*names: str) -> list[dict]:
+        return [{"name": n, "description": f"{{{{ doc('{n}') }}}}"} for n in names]
+
+    staged_key = ["change_lsn", "operation_code", *key]
+    staged_not_null = {"not_null": {"config": {"where": "quarantine_reason is null and __cdc_run_batches__"}}}
+    staging = {
+        "name": f"stg_change_tables__{name}",
+        "description": f"Change rows of capture instance {captured.capture_instance} (cdc.{captured.capture_instance}_CT) "
+                       f"for {source}: typed, `__$` names renamed, operation decoded. One row per landed row; "
+                       "untrusted rows carry quarantine_reason.",
+        "data_tests": [{"sqlserver_cdc.primary_key": {
+            "arguments": {"columns": staged_key, "counted_where": "quarantine_reason is null"},
+            "config": {"where": "__cdc_batch_lsns__"}}}],
+        "columns": [
+            {**doc("commit_lsn")[0], "data_tests": [staged_not_null]},
+            *doc("change_lsn", "command_id"),
+            {**doc("operation")[0], "data_tests": [staged_not_null]},
+            *doc("operation_code", "update_mask"),
+            *columns("captured_column"),
+            *doc("quarantine_reason", "landed_record", "_source_file", "_batch_id", "_ingested_at"),
+        ],
+    }
+    intermediate = {
+        "name": f"int_{name}__transactions",
+        "description": f"Net changes of {source} per key and committed transaction in the run's window, computed once "
+                       f"and applied by {name}_current and {name}_history. See README \"Marts\".",
+        "columns": [
+            *[c for c in columns("transaction_column") if c["name"] in key],
+            {"name": "commit_lsn", "description": "{{ doc('transaction_commit_lsn') }}"},
+            {"name": "operation_code", "description": "{{ doc('transaction_operation_code') }}"},
+            {"name": "update_mask", "description": "{{ doc('transaction_update_mask') }}"},
+            *[c for c in columns("transaction_column") if c["name"] not in key],
+            *doc("commit_time"),
+        ],
+    }
+    current = {
+        "name": f"{name}_current",
+        "description": f"Current state of {source} (SCD type 1) as of the mart's watermark: one row per key, with the "
+                       "commit LSN, commit time and operation of the last change. See README \"Marts\".",
+        "data_tests": [{"sqlserver_cdc.primary_key": {
+            "arguments": {"columns": key}, "config": {"where": "commit_lsn is null or commit_lsn > __cdc_watermark__"}}}],
+        "columns": [
+            *columns("captured_column"),
+            {"name": "commit_lsn", "description": "{{ doc('current_commit_lsn') }}", "data_tests": [
+                {"not_null": {"config": {"where": "commit_lsn is null or commit_lsn > __cdc_watermark__"}}}]},
+            {"name": "commit_time", "description": "{{ doc('current_commit_time') }}"},
+            {"name": "operation", "description": "{{ doc('current_operation') }}", "data_tests": [
+                {"accepted_values": {"arguments": {"values": ["insert", "update", "delete"]},
+                                     "config": {"where": "commit_lsn > __cdc_watermark__"}}}]},
+            *doc("is_deleted"),
+        ],
+    }
+    history = {
+        "name": f"{name}_history",
+        "description": f"History of {source} (SCD type 2): one version per key per committed transaction that changed "
+                       "it, with validity ranges in LSNs and commit times. See README \"Marts\".",
+        "data_tests": [
+            {"sqlserver_cdc.primary_key": {"arguments": {"columns": [*key, "valid_from_lsn"]},
+                                           "config": {"where": "valid_from_lsn is null or valid_from_lsn > __cdc_watermark__"}}},
+            {"sqlserver_cdc.primary_key": {"arguments": {"columns": key},
+                                           "config": {"where": "is_current", "tags": ["cdc_audit"]}}},
+            {"sqlserver_cdc.history_is_contiguous": {"arguments": {"key": key}, "config": {"tags": ["cdc_audit"]}}},
+            {"sqlserver_cdc.equal_rowsets": {
+                "arguments": {"compare_model": f"ref('{name}_current')", "columns": [c["name"] for c in captured.columns],
+                              "compare_where": "not is_deleted"},
+                "config": {"where": "is_current", "tags": ["cdc_audit"]}}},
+        ],
+        "columns": [
+            *columns("captured_column"),
+            *doc("valid_from_lsn", "valid_to_lsn", "valid_from", "valid_to", "is_current"),
+            {"name": "operation", "description": "{{ doc('history_operation') }}"},
+            *doc("changed_columns", "is_deleted"),
+        ],
+    }
+    return {"staging": [staging], "intermediate": [intermediate], "marts": [current, history]}
+
+
+def _document(project_dir: Path, captured: Captured) -> list[str]:
+    """Appends the YAML entries of the table's models that have none to the layer's YAML file;
+    entries that exist are left as they are (the user may have edited them)."""
+    documented = set()
+    for yml in (project_dir / "models").rglob("*.yml"):
+        documented |= {m.get("name") for m in ((yaml.safe_load(yml.read_text()) or {}).get("models") or [])}
+    written = []
+    for layer, entries in model_properties(captured).items():
+        missing = [e for e in entries if e["name"] not in documented]
+        if not missing:
+            continue
+        path = project_dir / YAML_FILES[layer]
+        current = yaml.safe_load(path.read_text()) if path.exists() else None
+        dumped = yaml.dump(missing, Dumper=_IndentedDumper, sort_keys=False, width=110, allow_unicode=True,
+                           default_flow_style=None)
+        if current and current.get("models"):
+            text = path.read_text()
+            # the file's own indentation of the models list
+            indent = re.search(r"^models:\s*\n(?:\s*(?:#.*)?\n)*( *)- ", text, re.MULTILINE)
+            prefix = indent.group(1) if indent else "  "
+            path.write_text(text + ("" if text.endswith("\n") else "\n") + "\n"
+                            + "".join(prefix + line + "\n" if line else "\n" for line in dumped.splitlines()))
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("version: 2\n\nmodels:\n" + "".join("  " + line + "\n" for line in dumped.splitlines()))
+        written.append(f"{', '.join(e['name'] for e in missing)} documented in {YAML_FILES[layer]}")
+    return written
