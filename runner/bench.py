@@ -49,6 +49,7 @@ import yaml
 
 from runner import landing_writer, report
 from runner.project import copy_project
+from runner.scaffold import mart_checks
 from runner.simulate import Column, TableSpec
 
 BASE_LSN = 0x0000002C_00000300_0000  # the first transaction's begin LSN
@@ -136,23 +137,13 @@ def _models_yml(tables: dict[str, dict]) -> str:
     for name, t in tables.items():
         key, columns = t["key"], [c["name"] for c in t["columns"]]
         staged = [k for c in STAGING_KEYS[t["channel"]] for k in (key if c == "{key}" else [c])]
+        checks = mart_checks(name, key, columns)
         models += [
             {"name": f"stg_{t['channel']}__{name}", "data_tests": [{"sqlserver_cdc.primary_key": {
                 "arguments": {"columns": staged, "counted_where": "quarantine_reason is null"},
                 "config": {"where": "__cdc_batch_lsns__"}}}]},
-            {"name": f"{name}_current", "data_tests": [{"sqlserver_cdc.primary_key": {
-                "arguments": {"columns": key}, "config": {"where": "commit_lsn is null or commit_lsn > __cdc_watermark__"}}}]},
-            {"name": f"{name}_history", "data_tests": [
-                {"sqlserver_cdc.primary_key": {"arguments": {"columns": [*key, "valid_from_lsn"]},
-                                              "config": {"where": "valid_from_lsn is null or valid_from_lsn > __cdc_watermark__"}}},
-                {"sqlserver_cdc.primary_key": {"arguments": {"columns": key},
-                                              "config": {"where": "is_current", "tags": ["cdc_audit"]}}},
-                {"sqlserver_cdc.history_is_contiguous": {"arguments": {"key": key}, "config": {"tags": ["cdc_audit"]}}},
-                {"sqlserver_cdc.equal_rowsets": {
-                    "arguments": {"compare_model": f"ref('{name}_current')", "columns": columns,
-                                  "compare_where": "not is_deleted"},
-                    "config": {"where": "is_current", "tags": ["cdc_audit"]}}},
-            ]},
+            {"name": f"{name}_current", "data_tests": checks["current"]},
+            {"name": f"{name}_history", "data_tests": checks["history"]},
         ]
     return yaml.safe_dump({"version": 2, "models": models}, sort_keys=False)
 

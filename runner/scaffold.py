@@ -251,6 +251,25 @@ class _IndentedDumper(yaml.SafeDumper):
         return True
 
 
+def mart_checks(name: str, key: list[str], columns: list[str]) -> dict[str, list[dict]]:
+    """The data tests of a table's current and history marts, as the demo's carry them: key tests
+    scoped to the run, whole-table ones tagged cdc_audit (README "Checks: batch and audit")."""
+    return {
+        "current": [{"sqlserver_cdc.primary_key": {
+            "arguments": {"columns": key}, "config": {"where": "commit_lsn is null or commit_lsn > __cdc_watermark__"}}}],
+        "history": [
+            {"sqlserver_cdc.primary_key": {"arguments": {"columns": [*key, "valid_from_lsn"]},
+                                           "config": {"where": "valid_from_lsn is null or valid_from_lsn > __cdc_watermark__"}}},
+            {"sqlserver_cdc.primary_key": {"arguments": {"columns": key},
+                                           "config": {"where": "is_current", "tags": ["cdc_audit"]}}},
+            {"sqlserver_cdc.history_is_contiguous": {"arguments": {"key": key}, "config": {"tags": ["cdc_audit"]}}},
+            {"sqlserver_cdc.equal_rowsets": {
+                "arguments": {"compare_model": f"ref('{name}_current')", "columns": columns, "compare_where": "not is_deleted"},
+                "config": {"where": "is_current", "tags": ["cdc_audit"]}}},
+        ],
+    }
+
+
 def model_properties(captured: Captured) -> dict[str, list[dict]]:
     """The YAML entries (docs and data tests) of a change-table table's four models, per layer,
     as the demo's tables have them."""
@@ -266,6 +285,7 @@ def model_properties(captured: Captured) -> dict[str, list[dict]]:
         return [{"name": n, "description": f"{{{{ doc('{n}') }}}}"} for n in names]
 
     staged_key = ["change_lsn", "operation_code", *key]
+    checks = mart_checks(name, key, [c["name"] for c in captured.columns])
     staged_not_null = {"not_null": {"config": {"where": "quarantine_reason is null and __cdc_run_batches__"}}}
     staging = {
         "name": f"stg_change_tables__{name}",
@@ -301,8 +321,7 @@ def model_properties(captured: Captured) -> dict[str, list[dict]]:
         "name": f"{name}_current",
         "description": f"Current state of {source} (SCD type 1) as of the mart's watermark: one row per key, with the "
                        "commit LSN, commit time and operation of the last change. See README \"Marts\".",
-        "data_tests": [{"sqlserver_cdc.primary_key": {
-            "arguments": {"columns": key}, "config": {"where": "commit_lsn is null or commit_lsn > __cdc_watermark__"}}}],
+        "data_tests": checks["current"],
         "columns": [
             *columns("captured_column"),
             {"name": "commit_lsn", "description": "{{ doc('current_commit_lsn') }}", "data_tests": [
@@ -318,17 +337,7 @@ def model_properties(captured: Captured) -> dict[str, list[dict]]:
         "name": f"{name}_history",
         "description": f"History of {source} (SCD type 2): one version per key per committed transaction that changed "
                        "it, with validity ranges in LSNs and commit times. See README \"Marts\".",
-        "data_tests": [
-            {"sqlserver_cdc.primary_key": {"arguments": {"columns": [*key, "valid_from_lsn"]},
-                                           "config": {"where": "valid_from_lsn is null or valid_from_lsn > __cdc_watermark__"}}},
-            {"sqlserver_cdc.primary_key": {"arguments": {"columns": key},
-                                           "config": {"where": "is_current", "tags": ["cdc_audit"]}}},
-            {"sqlserver_cdc.history_is_contiguous": {"arguments": {"key": key}, "config": {"tags": ["cdc_audit"]}}},
-            {"sqlserver_cdc.equal_rowsets": {
-                "arguments": {"compare_model": f"ref('{name}_current')", "columns": [c["name"] for c in captured.columns],
-                              "compare_where": "not is_deleted"},
-                "config": {"where": "is_current", "tags": ["cdc_audit"]}}},
-        ],
+        "data_tests": checks["history"],
         "columns": [
             *columns("captured_column"),
             *doc("valid_from_lsn", "valid_to_lsn", "valid_from", "valid_to", "is_current"),

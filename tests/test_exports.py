@@ -182,11 +182,19 @@ def test_a_lagging_export_holds_the_cut_and_loses_nothing_and_a_cut_file_is_refu
             assert failed == []
             _check_marts(pipeline, sim, through[cut_step])
     # the laggard's last two exports land together: every change is applied, nothing twice
-    export(ORDER_LINES, 3)
+    # the laggard's last export arrives before the one it follows: a gap, the cut stays
     export(ORDER_LINES, 4)
+    output, failed = _run(pipeline)
+    assert not failed and f"export gap in sales_order_lines: exported through 0x{lsn_hex(through[2])}" in output, output[-2000:]
+    _check_marts(pipeline, sim, through[2])
+    gap_run = pipeline.rows("select manifests_from, run_id from {s}.cdc_runs order by run_id desc limit 1")[0]
+    assert gap_run["manifests_from"] == gap_run["run_id"]  # the next run reads manifests from this batch on
+    # the missing export lands: the chain closes over both, every change is applied, nothing twice
+    export(ORDER_LINES, 3)
     output, failed = _run(pipeline)
     assert not failed and "cut held back" not in output and "WARNING" not in output, output[-2000:]
     _check_marts(pipeline, sim, through[4])
-    ledger = pipeline.rows("select exported_lsn, refused from {s}.cdc_runs order by run_id")
+    ledger = pipeline.rows("select exported_lsn, manifests_from, refused from {s}.cdc_runs order by run_id")
     assert ledger[-1]["exported_lsn"] == {t.capture_instance: lsn_hex(through[4]) for t in (CUSTOMERS, ORDER_LINES)}
+    assert ledger[-1]["manifests_from"] == ""
     assert len(ledger[3]["refused"]) == 4 and ledger[-1]["refused"] == []

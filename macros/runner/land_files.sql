@@ -89,8 +89,8 @@
 {#- The checks of export manifests about to land (README "Export manifests"), which refuse a
     manifest and every file it lists (adding them to `refused`) unless its LSNs parse, after_lsn
     is not above through_lsn, and each file it lists has the rows it says: counted from the
-    file's view before it lands, or from the raw table for a file landed earlier (one query for
-    all, reading the listed files only). -#}
+    file's view before it lands, or from the raw table for a file landed earlier (reading the
+    listed files only; queries of at most 100 files or 100 manifests). -#}
 {% macro _check_manifests(new, views, seen, raw, refused) -%}
     {%- set manifests = [] -%}
     {%- for file in new if file.format == 'manifest' -%}{%- do manifests.append(file) -%}{%- endfor -%}
@@ -100,7 +100,11 @@
         {%- do lsns.append(sqlserver_cdc.lsn_normalize(sqlserver_cdc._sql_string(m.through_lsn), 'string')) -%}
         {%- do lsns.append(sqlserver_cdc.lsn_normalize(sqlserver_cdc._sql_string(m.after_lsn), 'string') if m.after_lsn is not none else "'-'") -%}
     {%- endfor -%}
-    {%- set parsed = run_query('select ' ~ lsns | join(', ')).rows[0] -%}
+    {#- in chunks, to keep each query's plan small when many exports land at once -#}
+    {%- set parsed = [] -%}
+    {%- for chunk in lsns | batch(200) -%}
+        {%- do parsed.extend(run_query('select ' ~ chunk | join(', ')).rows[0]) -%}
+    {%- endfor -%}
     {%- set counts = [] -%}
     {%- set earlier = [] -%}
     {%- for m in manifests -%}
@@ -128,9 +132,9 @@
             ~ " and _source_file in (" ~ earlier | join(', ') ~ ") group by _source_file") -%}
     {%- endif -%}
     {%- set found = {} -%}
-    {%- if counts -%}
-        {%- for row in run_query(counts | join('\nunion all\n')) -%}{%- do found.update({row[0]: row[1] | int}) -%}{%- endfor -%}
-    {%- endif -%}
+    {%- for chunk in counts | batch(100) -%}
+        {%- for row in run_query(chunk | join('\nunion all\n')) -%}{%- do found.update({row[0]: row[1] | int}) -%}{%- endfor -%}
+    {%- endfor -%}
     {%- for m in manifests -%}
         {%- for relative in m.files -%}
             {%- set expected = m.rows_by_file[relative] -%}
