@@ -34,7 +34,7 @@ from pathlib import Path
 
 from runner.errors import UsageError
 
-KINDS = ("change_tables", "cdc_metadata", "ces", "debezium")
+KINDS = ("change_tables", "cdc_metadata", "ces", "debezium", "snapshots")
 FORMATS = {".parquet": "parquet", ".csv": "csv", ".json": "json", ".jsonl": "json"}
 # CES and Debezium events are routed by their own db.schema.table (Debezium: or by topic, the
 # sub-folder), so files may sit directly in ces/ or debezium/ too.
@@ -42,6 +42,10 @@ FLAT_KINDS = {"ces": ("json",), "debezium": ("json",)}
 FLAT_ENTITY = "default"
 RAW_TABLE = "landed_rows"
 MANIFEST_SUFFIX = ".manifest.json"
+# the folders whose exports come with manifests, and the landing kind of their manifests: an
+# export of a capture instance's changes, a snapshot of a tracked table (which always needs one)
+MANIFEST_KINDS = {"change_tables": "manifest", "snapshots": "snapshot_manifest"}
+FOLDER_OF_MANIFEST = {v: k for k, v in MANIFEST_KINDS.items()}
 PARQUET_MAGIC = b"PAR1"
 
 
@@ -54,7 +58,7 @@ class LandedFile:
 
     @property
     def fmt(self) -> str:
-        return "manifest" if self.kind == "manifest" else FORMATS[self.path.suffix.lower()]
+        return "manifest" if self.kind in FOLDER_OF_MANIFEST else FORMATS[self.path.suffix.lower()]
 
 
 def discover(landing_dir: Path) -> list[LandedFile]:
@@ -69,9 +73,9 @@ def discover(landing_dir: Path) -> list[LandedFile]:
             if not path.is_file() or path.suffix.lower() not in FORMATS or path.name.startswith(("_", ".")):
                 continue
             parts = path.relative_to(root).parts
-            if kind == "change_tables" and path.name.lower().endswith(MANIFEST_SUFFIX):
+            if kind in MANIFEST_KINDS and path.name.lower().endswith(MANIFEST_SUFFIX):
                 if len(parts) > 1:
-                    found.append(LandedFile("manifest", parts[0], path, path.relative_to(landing_dir).as_posix()))
+                    found.append(LandedFile(MANIFEST_KINDS[kind], parts[0], path, path.relative_to(landing_dir).as_posix()))
             elif kind in FLAT_KINDS:
                 if FORMATS[path.suffix.lower()] in FLAT_KINDS[kind]:
                     entity = parts[0] if len(parts) > 1 else FLAT_ENTITY
@@ -97,16 +101,21 @@ def files_to_land(landing_dir: Path) -> list[dict[str, object]]:
         stat = f.path.stat()
         entries[f.relative] = {"kind": f.kind, "entity": f.entity, "path": str(f.path.resolve()), "relative": f.relative,
                                "format": f.fmt, "size": stat.st_size, "modified_ms": stat.st_mtime_ns // 1_000_000}
-        if f.kind != "manifest" and (reason := cut_short(f.path, f.fmt, stat.st_size)):
+        if f.fmt != "manifest" and (reason := cut_short(f.path, f.fmt, stat.st_size)):
             entries[f.relative]["refused"] = reason
-    managed = {f.entity for f in found if f.kind == "manifest"}
+    # a capture instance's folder once it has a manifest; every snapshot folder
+    managed = {(FOLDER_OF_MANIFEST[f.kind], f.entity) for f in found if f.kind in FOLDER_OF_MANIFEST}
     listed: dict[str, str] = {}
     for f in found:
-        if f.kind == "manifest":
+        if f.kind in FOLDER_OF_MANIFEST:
             _apply_manifest(landing_dir, entries[f.relative], entries, listed)
     for f in found:
         entry = entries[f.relative]
-        if f.kind == "change_tables" and f.entity in managed and f.relative not in listed and "refused" not in entry:
+        if f.relative in listed or "refused" in entry:
+            continue
+        if f.kind == "snapshots":
+            entry["waiting"] = "a snapshot lands only with its manifest (snapshot_lsn and the files' row counts)"
+        elif f.kind == "change_tables" and (f.kind, f.entity) in managed:
             entry["waiting"] = "no export manifest lists it yet"
     return list(entries.values())
 
@@ -139,8 +148,9 @@ def _apply_manifest(landing_dir: Path, manifest: dict, entries: dict[str, dict],
     """Reads a manifest into its entry and marks the files it lists: each gets the manifest and
     its row count; a problem with any of them refuses (or holds back) the manifest and all its
     files, so an export lands whole or not at all."""
+    root = f"{FOLDER_OF_MANIFEST[manifest['kind']]}/{manifest['entity']}"
     try:
-        fields = _read_manifest(Path(manifest["path"]), manifest["entity"])
+        fields = _read_manifest(Path(manifest["path"]), manifest["kind"], manifest["entity"])
     except ManifestError as exc:
         manifest["refused"] = f"export manifest: {exc}"
         return
@@ -150,11 +160,11 @@ def _apply_manifest(landing_dir: Path, manifest: dict, entries: dict[str, dict],
     for item in fields["files"]:
         path = (folder / item["path"]).resolve()
         try:
-            relative = path.relative_to(landing_dir.resolve() / "change_tables" / manifest["entity"]).as_posix()
+            relative = path.relative_to(landing_dir.resolve() / root).as_posix()
         except ValueError:
-            manifest["refused"] = f"export manifest: file {item['path']} is outside change_tables/{manifest['entity']}/"
+            manifest["refused"] = f"export manifest: file {item['path']} is outside {root}/"
             return
-        relative = f"change_tables/{manifest['entity']}/{relative}"
+        relative = f"{root}/{relative}"
         if relative in listed:
             manifest["refused"] = f"export manifest: file {item['path']} is also listed by {listed[relative]}"
             return
@@ -162,7 +172,7 @@ def _apply_manifest(landing_dir: Path, manifest: dict, entries: dict[str, dict],
     for relative, item in files:
         listed[relative] = manifest["relative"]
         entry = entries.get(relative)
-        if entry is not None and entry["kind"] == "manifest":
+        if entry is not None and entry["format"] == "manifest":
             manifest["refused"] = f"export manifest: it lists {item['path']}, another manifest"
             return
         if entry is None:
@@ -182,25 +192,28 @@ def _apply_manifest(landing_dir: Path, manifest: dict, entries: dict[str, dict],
                 entries[relative]["waiting"] = f"its export manifest {manifest['relative']} {manifest['waiting']}"
 
 
-def _read_manifest(path: Path, capture_instance: str) -> dict[str, object]:
-    """The fields of an export manifest (README "Export manifests"), checked: capture_instance
-    (its folder's), through_lsn (inclusive), after_lsn (exclusive, optional: the previous export's
-    through_lsn), files [{path (relative to the manifest), rows, bytes (optional)}]. LSNs are
-    checked by land_files (they parse in SQL, like every other LSN). Raises ManifestError."""
+def _read_manifest(path: Path, kind: str, entity: str) -> dict[str, object]:
+    """The fields of a manifest, checked. An export of changes (kind `manifest`, README "Export
+    manifests"): capture_instance (its folder's), through_lsn (inclusive), after_lsn (exclusive,
+    optional: the previous export's through_lsn). A snapshot (kind `snapshot_manifest`, README
+    "Snapshots"): table (its folder's), snapshot_lsn (the LSN it is consistent at). Both: files
+    [{path (relative to the manifest), rows, bytes (optional)}]. The LSNs, in `lsns`, are checked
+    by land_files (they parse in SQL, like every other LSN). Raises ManifestError."""
+    owner, lsn_fields = ("capture_instance", ("through_lsn", "after_lsn")) if kind == "manifest" else (
+        "table", ("snapshot_lsn",))
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ManifestError(f"not a JSON document ({exc})") from None
     if not isinstance(doc, dict):
         raise ManifestError("not a JSON object")
-    unknown = sorted(set(doc) - {"capture_instance", "after_lsn", "through_lsn", "files"})
+    unknown = sorted(set(doc) - {owner, *lsn_fields, "files"})
     if unknown:
-        raise ManifestError(f"unknown field(s) {', '.join(unknown)}; a manifest has capture_instance, after_lsn, "
-                         "through_lsn and files")
-    if str(doc.get("capture_instance", "")).lower() != capture_instance.lower():
-        raise ManifestError(f"capture_instance is {doc.get('capture_instance')!r}, but the manifest is in the folder of "
-                         f"{capture_instance}")
-    for field in ("through_lsn", "after_lsn"):
+        raise ManifestError(f"unknown field(s) {', '.join(unknown)}; this manifest has {owner}, "
+                            f"{', '.join(lsn_fields)} and files")
+    if str(doc.get(owner, "")).lower() != entity.lower():
+        raise ManifestError(f"{owner} is {doc.get(owner)!r}, but the manifest is in the folder of {entity}")
+    for field in lsn_fields:
         if not (doc.get(field) is None and field == "after_lsn") and not isinstance(doc.get(field), str):
             raise ManifestError(f"{field} must be an LSN as text, e.g. 0x0000002C00000300017C; got {doc.get(field)!r}")
     files = doc.get("files")
@@ -213,8 +226,8 @@ def _read_manifest(path: Path, capture_instance: str) -> dict[str, object]:
                 and (item.get("bytes") is None or _count(item["bytes"]))):
             raise ManifestError(f"each entry of files needs path (text), rows (a count) and optionally bytes; got {item!r}")
         checked.append({"path": item["path"], "rows": item["rows"], "bytes": item.get("bytes")})
-    return {"capture_instance": capture_instance, "after_lsn": doc.get("after_lsn"), "through_lsn": doc["through_lsn"],
-            "files": checked, "text": json.dumps(doc, sort_keys=True)}
+    return {"owner": owner, "lsns": {f: doc.get(f) for f in lsn_fields}, "files": checked,
+            "text": json.dumps(doc, sort_keys=True)}
 
 
 def _count(value: object) -> bool:

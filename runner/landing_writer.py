@@ -188,3 +188,16 @@ def write_captured_columns(landing: Path, tables: list[TableSpec]) -> None:
         for i, t in enumerate(tables) if t.channel == "change_tables" for c in t.columns
     ], ["object_id", "column_name", "column_id", "column_type", "column_ordinal", "is_computed", "character_maximum_length",
         "numeric_precision", "numeric_scale", "datetime_precision"])
+
+
+def write_snapshot(landing: Path, batch: str, table: TableSpec, rows: list[dict[str, object]], snapshot_lsn: int) -> None:
+    """A snapshot of a table (README "Snapshots"): its rows as of `snapshot_lsn` as a CSV file in
+    snapshots/<table>/, and its manifest, written last."""
+    folder = landing / "snapshots" / table.name
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / f"{batch}.csv"
+    _write_csv(target, [{c.name: r[c.name] for c in table.columns} for r in rows], [c.name for c in table.columns])
+    (folder / f"{batch}.manifest.json").write_text(json.dumps({
+        "table": table.name, "snapshot_lsn": "0x" + lsn_hex(snapshot_lsn),
+        "files": [{"path": target.name, "rows": len(rows), "bytes": target.stat().st_size}],
+    }, indent=2) + "\n")

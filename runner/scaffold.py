@@ -328,7 +328,7 @@ def model_properties(captured: Captured) -> dict[str, list[dict]]:
                 {"not_null": {"config": {"where": "commit_lsn is null or commit_lsn > __cdc_watermark__"}}}]},
             {"name": "commit_time", "description": "{{ doc('current_commit_time') }}"},
             {"name": "operation", "description": "{{ doc('current_operation') }}", "data_tests": [
-                {"accepted_values": {"arguments": {"values": ["insert", "update", "delete"]},
+                {"accepted_values": {"arguments": {"values": ["insert", "update", "delete", "snapshot"]},
                                      "config": {"where": "commit_lsn > __cdc_watermark__"}}}]},
             *doc("is_deleted"),
         ],

@@ -51,6 +51,16 @@ def test_files_cut_short_and_bad_manifests_are_refused_and_unlisted_files_wait(t
     _manifest(managed, "m5.manifest.json", [], capture_instance="dbo_other")
     _manifest(managed, "m6.manifest.json", [{"path": "../dbo_plain/whole.csv", "rows": 1}])
 
+    snaps = tmp_path / "snapshots"
+    (snaps / "customers").mkdir(parents=True)
+    (snaps / "places").mkdir()
+    (snaps / "customers" / "s1.csv").write_text("id\n1\n")
+    (snaps / "customers" / "s1.manifest.json").write_text(json.dumps(
+        {"table": "customers", "snapshot_lsn": "0x0000002C000003000010", "files": [{"path": "s1.csv", "rows": 1}]}))
+    (snaps / "places" / "alone.csv").write_text("id\n1\n")
+    (snaps / "places" / "other.manifest.json").write_text(json.dumps(
+        {"table": "customers", "snapshot_lsn": "0x0000002C000003000010", "files": []}))
+
     got = _entries(tmp_path)
 
     def state(relative):
@@ -77,6 +87,11 @@ def test_files_cut_short_and_bad_manifests_are_refused_and_unlisted_files_wait(t
         "change_tables/dbo_managed/m6.manifest.json": "refused",
         # once a folder has manifests, files none lists wait
         "change_tables/dbo_managed/stray.csv": "waiting",
+        # a snapshot needs its manifest, which names its table
+        "snapshots/customers/s1.csv": "lands",
+        "snapshots/customers/s1.manifest.json": "lands",
+        "snapshots/places/alone.csv": "waiting",
+        "snapshots/places/other.manifest.json": "refused",
     }
     assert "last row was cut short" in got["change_tables/dbo_plain/cut.csv"]["refused"]
     assert "no PAR1 footer" in got["change_tables/dbo_plain/no_footer.parquet"]["refused"]
@@ -86,6 +101,10 @@ def test_files_cut_short_and_bad_manifests_are_refused_and_unlisted_files_wait(t
     assert "in the folder of dbo_managed" in got["change_tables/dbo_managed/m5.manifest.json"]["refused"]
     assert "outside change_tables/dbo_managed/" in got["change_tables/dbo_managed/m6.manifest.json"]["refused"]
     assert got["change_tables/dbo_managed/m1.manifest.json"]["rows_by_file"] == {"change_tables/dbo_managed/e1.csv": 2}
+    assert got["snapshots/customers/s1.manifest.json"]["kind"] == "snapshot_manifest"
+    assert got["snapshots/customers/s1.manifest.json"]["lsns"] == {"snapshot_lsn": "0x0000002C000003000010"}
+    assert "a snapshot lands only with its manifest" in got["snapshots/places/alone.csv"]["waiting"]
+    assert "table is 'customers', but the manifest is in the folder of places" in got["snapshots/places/other.manifest.json"]["refused"]
 
 
 @pytest.fixture(scope="module")

@@ -120,6 +120,8 @@
     where staged.quarantine_reason is null
         and staged.commit_lsn > {{ window.lower }}
         and staged.commit_lsn <= {{ window.upper }}
+        -- snapshot rows are not changes: a snapshot starts a window (see transactions)
+        and staged.operation != 'snapshot'
     {%- endif %}
 {%- endmacro %}
 
@@ -168,7 +170,7 @@
 {%- endmacro %}
 
 {% macro _operation_name(code) -%}
-    case {{ code }} when 1 then 'delete' when 2 then 'insert' when 4 then 'update' end
+    case {{ code }} when 1 then 'delete' when 2 then 'insert' when 4 then 'update' when 5 then 'snapshot' end
 {%- endmacro %}
 
 {#- The marts are applied by MERGE (incremental_strategy merge on a table format with MERGE:

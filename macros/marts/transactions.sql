@@ -43,8 +43,80 @@ transactions as (
         extra_columns=['commit_time'], max_mask_bytes=((t.columns | length) + 7) // 8) }}
 ),
 
+{%- if window.snapshot %}
+
+-- the table's snapshot at the window's lower bound (README "Snapshots"): the changes above apply on
+-- top of it; it reconciles what the marts hold
+snapshot as (
+    select {{ columns | join(', ') }}
+    from {{ sqlserver_cdc._staging_ref(t) }}
+    where quarantine_reason is null and operation = 'snapshot' and commit_lsn = {{ window.snapshot }}
+),
+
+{%- set known = sqlserver_cdc._current_relation(t) if window.scoped else none %}
+{%- if known is not none %}
+
+known as (
+    select {{ columns | join(', ') }} from {{ known }} where not is_deleted
+),
+{%- endif %}
+
+snapshot_time as (
+    select max_by(tran_end_time, start_lsn) as commit_time
+    from {{ ref('stg_cdc_metadata__lsn_time_mapping') }}
+    where quarantine_reason is null and start_lsn <= {{ window.snapshot }}
+),
+
+reconciled as (
+    -- a key the snapshot has with values the marts do not hold: a version at its LSN (operation
+    -- code 5, snapshot), its mask the columns that differ (all for a key they do not hold)
+    select
+        {%- for k in t.key %}
+        snapshot.{{ k }},
+        {%- endfor %}
+        {{ window.snapshot }} as commit_lsn,
+        5 as operation_code,
+        {{ sqlserver_cdc.update_mask_from_flags(sqlserver_cdc._snapshot_flags(t, known is not none), width=t.columns | map(attribute='ordinal') | max) }} as update_mask,
+        {%- for c in non_key %}
+        snapshot.{{ c }},
+        {%- endfor %}
+        snapshot_time.commit_time
+    from snapshot
+    cross join snapshot_time
+    {%- if known is not none %}
+    left join known
+        on {{ sqlserver_cdc._key_match(t, 'snapshot', 'known') }}
+    where known.{{ t.key[0] }} is null
+        {%- for c in non_key %}
+        or not (snapshot.{{ c }} <=> known.{{ c }})
+        {%- endfor %}
+    union all
+    -- a key the marts hold alive that the snapshot does not have: deleted at its LSN
+    select
+        {%- for k in t.key %}
+        known.{{ k }},
+        {%- endfor %}
+        {{ window.snapshot }} as commit_lsn,
+        1 as operation_code,
+        cast(null as binary) as update_mask,
+        {%- for c in non_key %}
+        null as {{ c }},
+        {%- endfor %}
+        snapshot_time.commit_time
+    from known
+    cross join snapshot_time
+    left anti join snapshot
+        on {{ sqlserver_cdc._key_match(t, 'known', 'snapshot') }}
+    {%- endif %}
+),
+{%- endif %}
+
 final as (
     select {{ out_columns | join(', ') }} from transactions
+    {%- if window.snapshot %}
+    union all
+    select {{ out_columns | join(', ') }} from reconciled
+    {%- endif %}
     {%- if recompute %}
     union all
     -- a touched key none of whose events nets to a change any more (an insert and its delete in
@@ -82,62 +154,115 @@ where false
     At parse time: lower '', upper NULL (the SQL is rendered only for its refs). -#}
 {% macro _transactions_window(t) -%}
     {%- set recompute = sqlserver_cdc._recomputes_keys(t) -%}
-    {%- set whole = {'lower': "''", 'lower_batch': "''", 'scoped': false, 'empty': false,
+    {%- set literal = sqlserver_cdc._window_literal -%}
+    {%- set whole = {'lower': "''", 'lower_batch': "''", 'scoped': false, 'empty': false, 'snapshot': none,
         'upper': sqlserver_cdc.upper_lsn(t.channel) if execute else 'cast(null as string)',
         'upper_batch': sqlserver_cdc.upper_batch(t.channel) if execute and recompute else 'cast(null as string)'} -%}
     {%- if not execute or flags.WHICH not in ('run', 'build', 'retry') -%}
         {{ return(whole) }}
     {%- endif -%}
+    {%- set snapshot = 'cast(null as string)' if recompute else sqlserver_cdc._latest_snapshot_lsn(t, whole.upper) -%}
     {%- set marts = [] -%}
+    {%- set state = namespace(whole=false) -%}
     {%- for node in graph.nodes.values() if node.resource_type == 'model'
         and node.config.meta.get('cdc_table') == t.name and node.config.meta.get('cdc_mart') -%}
         {%- set refresh = node.config.full_refresh if node.config.full_refresh is not none else flags.FULL_REFRESH -%}
         {%- if refresh or adapter.get_relation(database=node.database, schema=node.schema, identifier=node.alias) is none -%}
-            {{ return(whole) }}
+            {%- set state.whole = true -%}
         {%- endif -%}
         {%- do marts.append(node.alias) -%}
     {%- endfor -%}
-    {%- if not marts -%}
+    {%- if state.whole or not marts -%}
+        {#- the whole staged history, from the latest snapshot when there is one -#}
+        {%- set latest = run_query('select ' ~ snapshot).rows[0][0] if not recompute else none -%}
+        {%- if latest -%}
+            {%- do whole.update({'lower': literal(latest), 'snapshot': literal(latest)}) -%}
+        {%- endif -%}
         {{ return(whole) }}
     {%- endif -%}
     {%- set query -%}
         select
-            lower_lsn, upper_lsn, lower_batch, upper_batch,
-            coalesce(lower_lsn >= upper_lsn, true)
+            lower_lsn, upper_lsn, lower_batch, upper_batch, snapshot_lsn,
+            coalesce(lower_lsn >= upper_lsn, true) and snapshot_lsn is null
                 {%- if recompute %} and coalesce(lower_batch >= upper_batch, true){% endif %} as empty,
             lower_lsn != '' and {{ sqlserver_cdc.lsn_increment('lower_lsn') }} < coalesce(available_lsn, '') as gap,
             {{ sqlserver_cdc.lsn_increment('lower_lsn') }} as needed_lsn,
             available_lsn,
             {{ sqlserver_cdc.lsn_decrement('available_lsn') }} as removed_to_lsn
         from (
-            -- the marts' latest watermarks: '' unless each of them has one
             select
-                if(count(*) = {{ marts | length }}, min(lsn), '') as lower_lsn,
-                if(count(*) = {{ marts | length }}, min(batch), '') as lower_batch
+                -- a snapshot above every mart's watermark starts the window: what is below it is ignored
+                coalesce(if(snapshot_lsn > higher_lsn, snapshot_lsn, null), lower_lsn) as lower_lsn,
+                if(snapshot_lsn > higher_lsn, snapshot_lsn, null) as snapshot_lsn,
+                lower_batch, upper_lsn, upper_batch, available_lsn
             from (
-                select coalesce(max_by(watermark_lsn, recorded_at), '') as lsn,
-                    coalesce(max_by(watermark_batch, recorded_at), '') as batch
-                from {{ sqlserver_cdc.watermark_relation() }}
-                where model_name in ('{{ marts | join("', '") }}')
-                group by model_name
-            )
-        ) as marks
-        cross join (
-            select
-                {{ whole.upper }} as upper_lsn,
-                {{ whole.upper_batch }} as upper_batch,
-                {{ 'cast(null as string)' if recompute else sqlserver_cdc.min_lsn(t.capture_instance) }} as available_lsn
-        ) as bounds
+                -- the marts' latest watermarks: '' unless each of them has one
+                select
+                    if(count(*) = {{ marts | length }}, min(lsn), '') as lower_lsn,
+                    max(lsn) as higher_lsn,
+                    if(count(*) = {{ marts | length }}, min(batch), '') as lower_batch
+                from (
+                    select coalesce(max_by(watermark_lsn, recorded_at), '') as lsn,
+                        coalesce(max_by(watermark_batch, recorded_at), '') as batch
+                    from {{ sqlserver_cdc.watermark_relation() }}
+                    where model_name in ('{{ marts | join("', '") }}')
+                    group by model_name
+                )
+            ) as marks
+            cross join (
+                select
+                    {{ whole.upper }} as upper_lsn,
+                    {{ whole.upper_batch }} as upper_batch,
+                    {{ snapshot }} as snapshot_lsn,
+                    {{ 'cast(null as string)' if recompute else sqlserver_cdc.min_lsn(t.capture_instance) }} as available_lsn
+            ) as bounds
+        )
     {%- endset -%}
     {%- set row = run_query(query).rows[0] -%}
     {%- if row['gap'] -%}
         {{ exceptions.raise_compiler_error('gap detected for tracked table ' ~ t.name ~ ': its marts need changes from LSN '
             ~ row['needed_lsn'] ~ ' but capture instance ' ~ t.capture_instance ~ ' now starts at ' ~ row['available_lsn']
             ~ '; changes ' ~ row['needed_lsn'] ~ ' to ' ~ row['removed_to_lsn'] ~ ' were removed by cleanup before they'
-            ~ ' were processed. Land a new snapshot and rebuild with: python -m runner run --full-refresh') }}
+            ~ ' were processed. Land a snapshot of ' ~ t.name ~ ' taken at or after LSN ' ~ row['removed_to_lsn']
+            ~ ' (README "Snapshots"): it reconciles the marts and keeps their history') }}
     {%- endif -%}
-    {%- set literal = sqlserver_cdc._window_literal -%}
     {{ return({'lower': literal(row['lower_lsn']), 'upper': literal(row['upper_lsn']),
         'lower_batch': literal(row['lower_batch']), 'upper_batch': literal(row['upper_batch']),
+        'snapshot': literal(row['snapshot_lsn']) if row['snapshot_lsn'] else none,
         'scoped': row['lower_lsn'] != '', 'empty': row['empty']}) }}
+{%- endmacro %}
+
+{#- The LSN of the newest snapshot of a change-table table landed at or below `upper` (an SQL
+    expression), as a scalar subquery over the raw table's snapshot manifests (a small partition:
+    one row per snapshot); NULL when none. -#}
+{% macro _latest_snapshot_lsn(t, upper) -%}
+    (select max(row_values['snapshot_lsn']) from {{ sqlserver_cdc._raw_landed_rows() }}
+        where landing_kind = 'snapshot_manifest' and lower(entity) = '{{ t.name | lower }}'
+            and row_values['snapshot_lsn'] <= {{ upper }})
+{%- endmacro %}
+
+{#- The current-state mart of a table as stored (a snapshot reconciles against it; read by name,
+    not ref, which would make a cycle), or none when it does not exist. -#}
+{% macro _current_relation(t) -%}
+    {%- for node in graph.nodes.values() if node.resource_type == 'model'
+        and node.config.meta.get('cdc_table') == t.name and node.config.meta.get('cdc_mart') == 'current_state' -%}
+        {{ return(adapter.get_relation(database=node.database, schema=node.schema, identifier=node.alias)) }}
+    {%- endfor -%}
+    {{ return(none) }}
+{%- endmacro %}
+
+{#- [ordinal, flag] pairs for a snapshot version's update mask: every column for a key the marts
+    do not hold, else the columns whose value differs (see transactions). -#}
+{% macro _snapshot_flags(t, known) -%}
+    {%- set flags = [] -%}
+    {%- for c in t.columns -%}
+        {%- if known and c.name not in t.key -%}
+            {%- do flags.append([c.ordinal, 'known.' ~ t.key[0] ~ ' is null or not (snapshot.' ~ c.name ~ ' <=> known.' ~ c.name ~ ')']) -%}
+        {%- elif known -%}
+            {%- do flags.append([c.ordinal, 'known.' ~ t.key[0] ~ ' is null']) -%}
+        {%- else -%}
+            {%- do flags.append([c.ordinal, 'true']) -%}
+        {%- endif -%}
+    {%- endfor -%}
+    {{ return(flags) }}
 {%- endmacro %}

@@ -95,10 +95,12 @@
     {%- set manifests = [] -%}
     {%- for file in new if file.format == 'manifest' -%}{%- do manifests.append(file) -%}{%- endfor -%}
     {%- if not manifests -%}{{ return(none) }}{%- endif -%}
+    {#- every LSN of every manifest, in order ('-' for an absent optional one: agate reads '' as NULL) -#}
     {%- set lsns = [] -%}
     {%- for m in manifests -%}
-        {%- do lsns.append(sqlserver_cdc.lsn_normalize(sqlserver_cdc._sql_string(m.through_lsn), 'string')) -%}
-        {%- do lsns.append(sqlserver_cdc.lsn_normalize(sqlserver_cdc._sql_string(m.after_lsn), 'string') if m.after_lsn is not none else "'-'") -%}
+        {%- for field, value in m.lsns.items() | sort -%}
+            {%- do lsns.append(sqlserver_cdc.lsn_normalize(sqlserver_cdc._sql_string(value), 'string') if value is not none else "'-'") -%}
+        {%- endfor -%}
     {%- endfor -%}
     {#- in chunks, to keep each query's plan small when many exports land at once -#}
     {%- set parsed = [] -%}
@@ -107,17 +109,21 @@
     {%- endfor -%}
     {%- set counts = [] -%}
     {%- set earlier = [] -%}
+    {%- set position = namespace(i=0) -%}
     {%- for m in manifests -%}
-        {%- set through, after = parsed[loop.index0 * 2], parsed[loop.index0 * 2 + 1] -%}
-        {%- if through is none -%}
-            {%- do refused.update({m.relative: 'export manifest: through_lsn ' ~ m.through_lsn ~ ' is not an LSN'}) -%}
-        {%- elif after is none -%}
-            {%- do refused.update({m.relative: 'export manifest: after_lsn ' ~ m.after_lsn ~ ' is not an LSN'}) -%}
-        {%- elif after != '-' and after > through -%}
-            {%- do refused.update({m.relative: 'export manifest: after_lsn ' ~ m.after_lsn ~ ' is above through_lsn ' ~ m.through_lsn}) -%}
-        {%- else -%}
-            {%- do m.update({'through_lsn': through, 'after_lsn': none if after == '-' else after}) -%}
+        {%- set normalized = {} -%}
+        {%- for field, value in m.lsns.items() | sort -%}
+            {%- set lsn = parsed[position.i] -%}
+            {%- set position.i = position.i + 1 -%}
+            {%- if lsn is none and m.relative not in refused -%}
+                {%- do refused.update({m.relative: 'export manifest: ' ~ field ~ ' ' ~ value ~ ' is not an LSN'}) -%}
+            {%- endif -%}
+            {%- do normalized.update({field: none if lsn == '-' else lsn}) -%}
+        {%- endfor -%}
+        {%- if normalized.get('after_lsn') and normalized.get('through_lsn') and normalized.after_lsn > normalized.through_lsn and m.relative not in refused -%}
+            {%- do refused.update({m.relative: 'export manifest: after_lsn ' ~ m.lsns.after_lsn ~ ' is above through_lsn ' ~ m.lsns.through_lsn}) -%}
         {%- endif -%}
+        {%- do m.update({'lsns': normalized}) -%}
         {%- for relative in m.files -%}
             {%- if relative in views -%}
                 {%- do counts.append('select ' ~ sqlserver_cdc._sql_string(relative) ~ ' as file, count(*) as n from ' ~ views[relative]
@@ -128,7 +134,7 @@
         {%- endfor -%}
     {%- endfor -%}
     {%- if earlier -%}
-        {%- do counts.append("select _source_file as file, count(*) as n from " ~ raw ~ " where landing_kind = 'change_tables'"
+        {%- do counts.append("select _source_file as file, count(*) as n from " ~ raw ~ " where landing_kind in ('change_tables', 'snapshots')"
             ~ " and _source_file in (" ~ earlier | join(', ') ~ ") group by _source_file") -%}
     {%- endif -%}
     {%- set found = {} -%}
@@ -154,14 +160,16 @@
     {%- endfor -%}
 {%- endmacro %}
 
-{#- The raw row of an export manifest (landing kind `manifest`, entity its capture instance):
-    row_values capture_instance, after_lsn and through_lsn (canonical), files (JSON array of the
+{#- The raw row of a manifest (landing kind `manifest` with entity its capture instance, or
+    `snapshot_manifest` with entity its table): row_values the owner (capture_instance or table),
+    its LSNs (canonical: after_lsn and through_lsn, or snapshot_lsn), files (JSON array of the
     landed paths), rows (their total); raw_text the manifest as read. -#}
 {% macro _manifest_row_select(file, batch_id) -%}
     select
-        map('capture_instance', {{ sqlserver_cdc._sql_string(file.entity) }},
-            'after_lsn', {{ sqlserver_cdc._sql_string(file.after_lsn) if file.after_lsn else 'cast(null as string)' }},
-            'through_lsn', {{ sqlserver_cdc._sql_string(file.through_lsn) }},
+        map({{ sqlserver_cdc._sql_string(file.owner) }}, {{ sqlserver_cdc._sql_string(file.entity) }},
+            {%- for field, value in file.lsns.items() | sort %}
+            {{ sqlserver_cdc._sql_string(field) }}, {{ sqlserver_cdc._sql_string(value) if value else 'cast(null as string)' }},
+            {%- endfor %}
             'files', {{ sqlserver_cdc._sql_string(tojson(file.files)) }},
             'rows', '{{ file.rows_by_file.values() | sum }}') as row_values,
         {{ sqlserver_cdc._sql_string(file.text) }} as raw_text,
@@ -170,7 +178,7 @@
         cast({{ file.modified_ms | int }} as bigint) as _source_modified_ms,
         {{ sqlserver_cdc._sql_string(batch_id) }} as _batch_id,
         current_timestamp() as _ingested_at,
-        'manifest' as landing_kind,
+        {{ sqlserver_cdc._sql_string(file.kind) }} as landing_kind,
         {{ sqlserver_cdc._sql_string(file.entity) }} as entity
 {%- endmacro %}
 
@@ -199,8 +207,8 @@
     {%- if file.format not in ('csv', 'parquet', 'json', 'manifest') -%}
         {{ exceptions.raise_compiler_error("land_files: format of " ~ file.relative ~ " must be csv, parquet, json or manifest; got " ~ file.format) }}
     {%- endif -%}
-    {%- if file.format == 'manifest' and (file.get('through_lsn') is none or file.get('files') is none or file.get('rows_by_file') is none) and not file.get('refused') -%}
-        {{ exceptions.raise_compiler_error("land_files: manifest " ~ file.relative ~ " needs through_lsn, files and rows_by_file (the runner reads them)") }}
+    {%- if file.format == 'manifest' and not (file.get('refused') or file.get('waiting')) and (file.get('lsns') is none or file.get('files') is none or file.get('rows_by_file') is none) -%}
+        {{ exceptions.raise_compiler_error("land_files: manifest " ~ file.relative ~ " needs lsns, files and rows_by_file (the runner reads them)") }}
     {%- endif -%}
 {%- endmacro %}
 

@@ -40,7 +40,7 @@
     landing is taken in by the next one. A first or full-refresh run takes every row. -#}
 {% macro _landed_since_last_batch(where, relation=none) -%}
     select * from {{ relation if relation is not none else source('cdc_raw', 'landed_rows') }}
-    where {{ where }}
+    where ({{ where }})
     {%- if execute and is_incremental() %}
         {%- set last = sqlserver_cdc._last_staged_batch(this) %}
         {%- if last is not none %}

@@ -1,5 +1,7 @@
 {#- Staging for one tracked table fed by change tables: the landed rows of its capture instance,
-    typed, `__$` names renamed, operation decoded. An incremental Delta table appended per
+    typed, `__$` names renamed, operation decoded; and the rows of its snapshots (README
+    "Snapshots") as rows with operation `snapshot` at the snapshot's LSN (commit and change LSN),
+    no update mask. An incremental Delta table appended per
     landing batch: every landed row is decoded once and comes out once; rows that cannot be
     trusted carry quarantine_reason (and their landed record as JSON) and are left out
     downstream. The commit time is not joined here (a commit's lsn_time_mapping row may land in
@@ -16,13 +18,23 @@ with
 
 landed_rows as (
     {{ sqlserver_cdc._landed_since_last_batch(
-        "landing_kind = 'change_tables' and lower(entity) = '" ~ t.capture_instance | lower ~ "'") }}
+        "(landing_kind = 'change_tables' and lower(entity) = '" ~ t.capture_instance | lower ~ "')"
+        ~ " or (landing_kind = 'snapshots' and lower(entity) = '" ~ t.name | lower ~ "')") }}
+),
+
+-- the LSN each snapshot file is consistent at, from its manifest (landed in the same batch)
+snapshot_files as (
+    select explode(from_json(row_values['files'], 'array<string>')) as _source_file,
+        row_values['snapshot_lsn'] as snapshot_lsn
+    from ({{ sqlserver_cdc._landed_since_last_batch("landing_kind = 'snapshot_manifest' and lower(entity) = '"
+        ~ t.name | lower ~ "'") }}) as manifests
 ),
 
 texts as (
     select
-        row_values['__$start_lsn'] as text_start_lsn,
-        row_values['__$seqval'] as text_seqval,
+        landed_rows.landing_kind = 'snapshots' as is_snapshot,
+        coalesce(snapshot_files.snapshot_lsn, row_values['__$start_lsn']) as text_start_lsn,
+        coalesce(snapshot_files.snapshot_lsn, row_values['__$seqval']) as text_seqval,
         row_values['__$operation'] as text_operation,
         row_values['__$update_mask'] as text_update_mask,
         row_values['__$command_id'] as text_command_id,
@@ -31,10 +43,12 @@ texts as (
         {%- endfor %}
         case when row_values is null then concat('not a JSON object: ', raw_text) end as unreadable,
         coalesce(to_json(row_values), raw_text) as landed_record,
-        _source_file,
+        landed_rows._source_file,
         _batch_id,
         _ingested_at
     from landed_rows
+    left join snapshot_files
+        on landed_rows.landing_kind = 'snapshots' and landed_rows._source_file = snapshot_files._source_file
 ),
 
 decoded as (
@@ -44,7 +58,9 @@ decoded as (
         {{ sqlserver_cdc.lsn_normalize('text_start_lsn', 'string') }} as commit_lsn,
         {{ sqlserver_cdc.lsn_normalize('text_seqval', 'string') }} as change_lsn,
         try_cast(text_command_id as int) as command_id,
-        {{ sqlserver_cdc.decode_operation('text_operation', 'change_tables') }} as operation,
+        -- a snapshot row is the key's state at the snapshot's LSN (operation snapshot, code 2)
+        case when is_snapshot then 'snapshot' else {{ sqlserver_cdc.decode_operation('text_operation', 'change_tables') }} end
+            as operation,
         {{ sqlserver_cdc.update_mask_normalize('text_update_mask') }} as update_mask,
         -- captured columns
         {{- sqlserver_cdc._typed_columns(t) }}
