@@ -189,11 +189,13 @@ class Renderer:
     def _key(self, values: dict) -> dict:
         return {k: encode(values[k], next(c.type for c in self.table.columns if c.name == k)) for k in self.table.key}
 
-    def snapshot(self, rows: list[dict[str, object]], commit_lsn: int, moment: datetime) -> list[str]:
-        """Snapshot rows (op r): the table's state at commit_lsn, all with that commit LSN."""
+    def snapshot(self, rows: list[dict[str, object]], commit_lsn: int, moment: datetime,
+                 incremental: bool = False) -> list[str]:
+        """Snapshot rows (op r): the table's state at commit_lsn, all with that commit LSN, marked
+        first, true ... last as a complete snapshot's are (or all incremental)."""
         lines = []
         for i, values in enumerate(rows):
-            flag = "last" if i == len(rows) - 1 else "true"
+            flag = "incremental" if incremental else "last" if i == len(rows) - 1 else "first" if i == 0 else "true"
             lines.append(self._record(self._key(values), self._event(
                 "r", None, _row(self.table, values, self.options), commit_lsn, None, None, moment, flag)))
         return lines

@@ -179,10 +179,10 @@ def _type_parts(sql_type: str) -> dict[str, object]:
     return parts
 
 
-def write_captured_columns(landing: Path, tables: list[TableSpec]) -> None:
+def write_captured_columns(landing: Path, tables: list[TableSpec], batch: str = "captured_columns") -> None:
     folder = landing / "cdc_metadata" / "captured_columns"
     folder.mkdir(parents=True, exist_ok=True)
-    _write_csv(folder / "captured_columns.csv", [
+    _write_csv(folder / f"{batch}.csv", [
         {"object_id": 1000 + i, "column_name": c.name, "column_id": c.ordinal, "column_ordinal": c.ordinal, "is_computed": 0,
          **_type_parts(c.type)}
         for i, t in enumerate(tables) if t.channel == "change_tables" for c in t.columns

@@ -20,10 +20,14 @@ def tracked_tables(project_dir: Path) -> list[TableSpec]:
     specs = []
     for name, table in declared.items():
         try:
-            columns = tuple(Column(c["name"], str(c["type"]), int(c["ordinal"])) for c in table["columns"])
+            # with several capture instances an ordinal is optional: its position (README "Capture-instance changes")
+            instances = table.get("capture_instances")
+            columns = tuple(Column(c["name"], str(c["type"]), int(c["ordinal"] if not instances else c.get("ordinal", i)))
+                            for i, c in enumerate(table["columns"], 1))
             channel = table.get("channel", "change_tables")
             if channel == "change_tables":
-                specs.append(TableSpec(name, table["capture_instance"], tuple(table["key"]), columns))
+                latest = instances[-1]["name"] if instances else table["capture_instance"]
+                specs.append(TableSpec(name, latest, tuple(table["key"]), columns))
             else:
                 source = (table.get("source_database"), table.get("source_schema"), table.get("source_table"))
                 specs.append(TableSpec(name, None, tuple(table["key"]), columns, channel, source))

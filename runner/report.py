@@ -64,7 +64,7 @@ def stream_line(channel: str, s: dict[str, object]) -> str:
 
 def landing_lines(begun: dict[str, object]) -> list[str]:
     """What landing refused or held back, and what holds the change-table cut (begin_run's
-    refused, waiting, held_back, without_manifest, export_gaps)."""
+    refused, waiting, held_back, without_manifest, export_gaps, stale_snapshots)."""
     lines = [f"REFUSED {reason}" for reason in begun.get("refused") or []]
     waiting = begun.get("waiting") or []
     for item in waiting[:5]:
@@ -80,6 +80,7 @@ def landing_lines(begun: dict[str, object]) -> list[str]:
         lines.append(f"cut held back by {held['table']}: its export ({held['capture_instance']}) {reached}, capture has "
                      f"reached 0x{held['captured_lsn']}; every change-table mart {stop} until its next export lands "
                      "(the summary's lag shows how far behind)")
+    lines += [f"WARNING snapshot of {stale}" for stale in begun.get("stale_snapshots") or []]
     without = begun.get("without_manifest") or []
     if without:
         lines.append(f"WARNING capture instance(s) {', '.join(without)} land without export manifests: their marts advance to "

@@ -30,7 +30,7 @@ PLAIN_TYPES = ("int", "bigint", "smallint", "tinyint", "bit", "money", "smallmon
                "datetime", "smalldatetime", "text", "ntext", "xml", "sysname", "uniqueidentifier", "image",
                "timestamp", "rowversion", *LENGTH_TYPES, *FRACTION_TYPES)
 # the fields a scaffolded declaration owns; any other field of an existing declaration is kept
-OWNED = ("channel", "capture_instance", "source_schema", "source_table", "key", "columns")
+OWNED = ("channel", "capture_instance", "capture_instances", "source_schema", "source_table", "key", "columns")
 YAML_FILES = {"staging": "models/staging/change_tables/_change_tables__models.yml",
               "intermediate": "models/intermediate/_intermediate__models.yml",
               "marts": "models/marts/_marts__models.yml"}
@@ -47,14 +47,21 @@ class Captured:
     key: list[str] = field(default_factory=list)
     columns: list[dict] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    # a table with several capture instances: (name, captured column names in order), oldest first
+    instances: list[tuple[str, list[str]]] = field(default_factory=list)
 
     def declaration(self) -> dict:
-        declared = {"channel": "change_tables", "capture_instance": self.capture_instance}
+        declared: dict = {"channel": "change_tables"}
+        if len(self.instances) > 1:
+            declared["capture_instances"] = [{"name": n, "columns": names} for n, names in self.instances]
+        else:
+            declared["capture_instance"] = self.capture_instance
         if self.source_schema:
             declared["source_schema"] = self.source_schema
         if self.source_table:
             declared["source_table"] = self.source_table
-        return {**declared, "key": self.key, "columns": self.columns}
+        columns = self.columns if len(self.instances) <= 1 else [{"name": c["name"], "type": c["type"]} for c in self.columns]
+        return {**declared, "key": self.key, "columns": columns}
 
 
 def sql_type(row: dict) -> str | None:
@@ -115,13 +122,9 @@ def describe(metadata: dict[str, list[dict]], keys: dict[str, list[str]]) -> lis
         ci = row.get("capture_instance") or by_object.get(str(row.get("object_id")))
         if ci and row.get("column_name"):
             index.setdefault(ci, []).append((int(row.get("index_ordinal") or 0), row["column_name"]))
-    names = [r.get("source_table") or ci for ci, r in instances.items()]
     result = []
     for ci, row in sorted(instances.items()):
-        name = row.get("source_table") or ci
-        if names.count(name) > 1:
-            name = ci  # two capture instances of one table: each keeps its own name
-        name = re.sub(r"\W", "_", name).lower()
+        name = re.sub(r"\W", "_", row.get("source_table") or ci).lower()
         captured = Captured(ci, name, row.get("source_schema"), row.get("source_table"))
         for column in sorted(columns.get(ci, {}).values(), key=lambda c: int(c["column_ordinal"])):
             declared_type = sql_type(column)
@@ -148,8 +151,43 @@ def describe(metadata: dict[str, list[dict]], keys: dict[str, list[str]]) -> lis
         unknown = [k for k in captured.key if k not in {c["name"] for c in captured.columns}]
         if unknown:
             captured.problems.append(f"key column(s) {', '.join(unknown)} are not among its declared columns")
+        captured.instances = [(ci, [c["name"] for c in captured.columns])]
         result.append(captured)
-    return result
+    return _one_per_table(result, instances)
+
+
+def _one_per_table(described: list[Captured], rows: dict[str, dict]) -> list[Captured]:
+    """Capture instances of the same source table as one table with several (README
+    "Capture-instance changes"), oldest first (by start_lsn): the columns any of them captures
+    (the older ones' first), each typed as the newest instance that captures it declares it, and
+    the newest one's key."""
+    def start(c: Captured) -> tuple[int, str]:
+        text = str(rows[c.capture_instance].get("start_lsn") or "0").lower().removeprefix("0x").replace(":", "")
+        return (int(text, 16) if re.fullmatch(r"[0-9a-f]+", text) else 0, c.capture_instance)
+
+    groups: dict[tuple, list[Captured]] = {}
+    for c in described:
+        source = (str(c.source_schema).lower(), str(c.source_table).lower()) if c.source_table else (c.capture_instance,)
+        groups.setdefault(source, []).append(c)
+    result = []
+    for group in groups.values():
+        if len(group) == 1:
+            result.append(group[0])
+            continue
+        group.sort(key=start)
+        newest = group[-1]
+        merged = Captured(newest.capture_instance, newest.name, newest.source_schema, newest.source_table,
+                          newest.key or next((c.key for c in reversed(group) if c.key), []))
+        typed = {c["name"]: c["type"] for older in group for c in older.columns}  # the newest wins
+        for older in group:
+            merged.problems += [f"{older.capture_instance}: {p}" for p in older.problems if not p.startswith("no key")]
+            merged.columns += [{"name": c["name"], "type": typed[c["name"]], "ordinal": len(merged.columns) + 1}
+                               for c in older.columns if c["name"] not in {m["name"] for m in merged.columns}]
+            merged.instances += older.instances
+        if not merged.key:
+            merged.problems.append(f"no key: export cdc.index_columns (or index_column_list) or pass --key {merged.name}=column[,column]")
+        result.append(merged)
+    return sorted(result, key=lambda c: c.name)
 
 
 def scaffold(spark, project_dir: Path, landing_dir: Path, tables: list[str] = (),
@@ -159,11 +197,12 @@ def scaffold(spark, project_dir: Path, landing_dir: Path, tables: list[str] = ()
     without columns or a key is reported and not written."""
     described = describe(read_metadata(spark, landing_dir), keys or {})
     if tables:
-        unknown = [t for t in tables if t not in {c.name for c in described} | {c.capture_instance for c in described}]
+        known = {c.name for c in described} | {n for c in described for n, _ in c.instances}
+        unknown = [t for t in tables if t not in known]
         if unknown:
             raise UsageError(f"scaffold: no landed metadata for {', '.join(unknown)} (known: "
                              f"{', '.join(c.name for c in described) or 'none'})")
-        described = [c for c in described if c.name in tables or c.capture_instance in tables]
+        described = [c for c in described if c.name in tables or any(n in tables for n, _ in c.instances)]
     if not described:
         raise UsageError(f"scaffold: no capture instance in {landing_dir}/cdc_metadata (land exports of "
                          "cdc.change_tables and cdc.captured_columns first)")
@@ -189,6 +228,10 @@ def _declare(project_dir: Path, captured: Captured) -> list[str]:
         raise UsageError(f"scaffold: tracked table '{captured.name}' is declared with channel {existing['channel']}; "
                          "rename one of them")
     wanted = {**captured.declaration(), **{k: v for k, v in (existing or {}).items() if k not in OWNED}}
+    dropped = {i.get("name") for i in (existing or {}).get("capture_instances") or [] if isinstance(i, dict) and i.get("dropped")}
+    for instance in wanted.get("capture_instances", []):
+        if instance["name"] in dropped:  # the user's mark (README "Capture-instance changes") stays
+            instance["dropped"] = True
     if existing == wanted:
         return []
     lines = text.splitlines(keepends=True)
@@ -229,8 +272,14 @@ def _declaration_lines(name: str, declared: dict) -> list[str]:
     for key, value in declared.items():
         if key == "columns":
             lines.append("      columns:\n")
-            lines += [f"        - {{name: {_scalar(c['name'])}, type: {_scalar(c['type'])}, ordinal: {c['ordinal']}}}\n"
-                      for c in value]
+            lines += [f"        - {{name: {_scalar(c['name'])}, type: {_scalar(c['type'])}"
+                      + (f", ordinal: {c['ordinal']}}}\n" if "ordinal" in c else "}\n") for c in value]
+        elif key == "capture_instances":
+            lines.append("      capture_instances:\n")
+            for instance in value:
+                lines.append(f"        - name: {_scalar(instance['name'])}\n")
+                lines.append(f"          columns: [{', '.join(_scalar(c) for c in instance['columns'])}]\n")
+                lines += ["          dropped: true\n"] if instance.get("dropped") else []
         elif key == "key":
             lines.append(f"      key: [{', '.join(_scalar(k) for k in value)}]\n")
         elif isinstance(value, (dict, list)):
@@ -284,18 +333,22 @@ def model_properties(captured: Captured) -> dict[str, list[dict]]:
     def doc(*names: str) -> list[dict]:
         return [{"name": n, "description": f"{{{{ doc('{n}') }}}}"} for n in names]
 
-    staged_key = ["change_lsn", "operation_code", *key]
+    staged_key = ["capture_instance", "change_lsn", "operation_code", *key]
     checks = mart_checks(name, key, [c["name"] for c in captured.columns])
     staged_not_null = {"not_null": {"config": {"where": "quarantine_reason is null and __cdc_run_batches__"}}}
     staging = {
         "name": f"stg_change_tables__{name}",
-        "description": f"Change rows of capture instance {captured.capture_instance} (cdc.{captured.capture_instance}_CT) "
+        "description": f"Change rows of capture instance{'s' if len(captured.instances) > 1 else ''} "
+                       + ", ".join(f"{n} (cdc.{n}_CT)" for n, _ in (captured.instances or [(captured.capture_instance, [])]))
+                       + " "
                        f"for {source}: typed, `__$` names renamed, operation decoded. One row per landed row; "
                        "untrusted rows carry quarantine_reason.",
         "data_tests": [{"sqlserver_cdc.primary_key": {
-            "arguments": {"columns": staged_key, "counted_where": "quarantine_reason is null"},
+            "arguments": {"columns": staged_key, "counted_where": "quarantine_reason is null",
+                          "nullable": ["capture_instance"]},
             "config": {"where": "__cdc_batch_lsns__"}}}],
         "columns": [
+            *doc("capture_instance"),
             {**doc("commit_lsn")[0], "data_tests": [staged_not_null]},
             *doc("change_lsn", "command_id"),
             {**doc("operation")[0], "data_tests": [staged_not_null]},

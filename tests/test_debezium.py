@@ -144,8 +144,8 @@ def test_published_captures_stage_to_typed_rows(spark, tmp_path):
     # the marts follow: snapshot rows are the state at their LSN, later changes apply on top
     current = pipeline.table("customers_current", "id")
     assert [(r["id"], r["first_name"], r["commit_lsn"], r["operation"]) for r in current] == [
-        (1001, "Sally", "00000025000004100001", "insert"), (1002, "George", "00000025000004100001", "insert"),
-        (1003, "Edward", "00000025000004100001", "insert"), (1004, "Anne", "00000025000004100001", "insert"),
+        (1001, "Sally", "00000025000004100001", "snapshot"), (1002, "George", "00000025000004100001", "snapshot"),
+        (1003, "Edward", "00000025000004100001", "snapshot"), (1004, "Anne", "00000025000004100001", "snapshot"),
         (1005, "john", "00000027000007580005", "insert"), (1006, "John", "00000026000006900005", "insert")]
     assert [(r["id"], r["name"]) for r in pipeline.table("cdc_test_current", "id")] == [(5, "eee")]
     history = pipeline.table("cdc_test_history", "valid_from_lsn")
@@ -208,6 +208,9 @@ def test_debezium_events_build_the_marts_change_tables_build(spark, tmp_path):
     replayed_events = sum(1 for lines in replays for line in lines if not _is_tombstone(line))
 
     landing_writer.write_captured_columns(pipeline.landing, [ITEMS_CT])
+    # the change-table twin starts from a snapshot at the same LSN (its versions say snapshot too)
+    landing_writer.write_snapshot(pipeline.landing, "s0", replace(ITEMS_CT, name="items_ct"),
+                                  list(replay([ITEMS], txs[:1])["items"].values()), txs[0].commit_lsn)
     for i, (lo, hi) in enumerate([(0, 50), (50, 100), (100, len(txs))]):
         landing_writer.write_batch(pipeline.landing, f"b{i}", [ITEMS_CT], txs[lo:hi], {"items": "csv"},
                                    min_lsn={"dbo_items": txs[0].begin_lsn} if i == 0 else None)
@@ -270,8 +273,10 @@ def _variant(line: str, lsn: int, key: int, op: str | None = None, **after) -> s
     return json.dumps(event)
 
 
-def test_bad_lines_unknown_operations_and_wrong_encodings_are_quarantined_flattened_rows_apply(spark, tmp_path):
+def test_bad_lines_unknown_operations_and_wrong_encodings_are_quarantined_flattened_rows_apply(
+        spark, tmp_path, monkeypatch):
     from tests.test_pipeline import _check_marts
+    from tests.test_snapshots import _snapshot_versions
 
     pipeline = _pipeline(spark, tmp_path, {
         "products": DECLARED["products"],
@@ -333,4 +338,5 @@ def test_bad_lines_unknown_operations_and_wrong_encodings_are_quarantined_flatte
     assert statuses["tombstone"] == sum(line == "null" for line in good) + sum(
         json.loads(line)["value"] is None for line in flat_lines) > 5
     # every good event applied, flattened rows (deletes rewritten with __deleted) included
+    _snapshot_versions(monkeypatch, {txs[0].commit_lsn}, {"products"})  # the products' snapshot opens them
     _check_marts(pipeline, sim, None, tables=[PRODUCTS, FLAT])

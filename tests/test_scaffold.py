@@ -92,3 +92,52 @@ def test_scaffold_declares_the_demo_tables_from_their_landed_metadata(spark, tmp
     landing_writer.write_batch(landing, "b1", TABLES, txs, FORMATS, spark=spark)
     pipeline.run()
     _check_marts(pipeline, sim, txs[-1].commit_lsn)
+
+
+def test_two_capture_instances_of_one_table_are_declared_as_one_table(tmp_path):
+    """The capture instances of one source table become one table with several (README
+    "Capture-instance changes"), oldest first, equal to the hand-written declaration of
+    tests/test_capture_instances.py; a `dropped: true` the user added stays on the next run."""
+    from tests.test_capture_instances import NEW, OLD, TYPES, _declaration
+
+    def columns(object_id, names):
+        return [{"object_id": object_id, "column_name": n, "column_ordinal": i, **_type_row(TYPES[n])}
+                for i, n in enumerate(names, 1)]
+
+    metadata = {
+        "change_tables": [
+            {"capture_instance": "dbo_members_v2", "object_id": 9, "start_lsn": "0x0000002C000003010000",
+             "source_schema": "dbo", "source_table": "members", "index_column_list": "[member_id]"},
+            {"capture_instance": "dbo_members", "object_id": 8, "start_lsn": "0x0000002C000003000000",
+             "source_schema": "dbo", "source_table": "members", "index_column_list": "[member_id]"}],
+        "captured_columns": columns(8, OLD) + columns(9, NEW),
+        "index_columns": [],
+    }
+    (members,) = scaffold.describe(metadata, {})
+    hand_written = _declaration([{"name": "dbo_members", "columns": OLD}, {"name": "dbo_members_v2", "columns": NEW}])
+    assert members.declaration() == {**hand_written, "source_schema": "dbo", "source_table": "members"}
+    assert members.problems == []
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "dbt_project.yml").write_text((PROJECT_DIR / "dbt_project.yml").read_text())
+    assert scaffold._declare(project, members) == ["declaration written"]
+    declared = _declared(project)["members"]
+    declared["capture_instances"][0]["dropped"] = True
+    text = (project / "dbt_project.yml").read_text().replace("        - name: dbo_members\n",
+                                                              "        - name: dbo_members\n          dropped: true\n")
+    (project / "dbt_project.yml").write_text(text)
+    assert _declared(project)["members"] == declared
+    assert scaffold._declare(project, members) == []
+    assert _declared(project)["members"]["capture_instances"][0]["dropped"] is True
+
+
+def _type_row(sql_type: str) -> dict:
+    base, _, args = sql_type.partition("(")
+    row = {"column_type": base}
+    if base == "decimal":
+        row["numeric_precision"], row["numeric_scale"] = args.rstrip(")").split(",")
+    elif base in ("varchar", "nvarchar"):
+        row["character_maximum_length"] = args.rstrip(")")
+    elif base == "datetime2":
+        row["datetime_precision"] = args.rstrip(")")
+    return row

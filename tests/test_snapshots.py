@@ -6,22 +6,23 @@ changed rows a version, unchanged rows nothing) and keeps the history before the
 from __future__ import annotations
 
 import copy
+import io
 
 import pytest
 
-from runner import landing_writer
+from runner import landing_writer, report
 from runner.errors import PipelineFailed
-from runner.simulate import ChangeRow, Simulator, Transaction, mask_bytes
+from runner.simulate import ChangeRow, Simulator, Transaction, lsn_hex, mask_bytes
 from tests import expected
 from tests.test_pipeline import FORMATS, TABLES, _check_marts
 
 
-def _snapshot_transaction(now: dict, held: dict, lsn: int, time) -> Transaction:
+def _snapshot_transaction(now: dict, held: dict, lsn: int, time, tables=TABLES) -> Transaction:
     """A snapshot of the source state `now` at `lsn`, as the changes it stands for against what
     the marts held (`held`; both per table: key -> values): an insert for each new or changed
     key, a delete for each key it lacks; unchanged keys nothing."""
     tx = Transaction(commit_lsn=lsn, begin_lsn=lsn, begin_time=time, end_time=time)
-    for spec in TABLES:
+    for spec in tables:
         full = mask_bytes({c.ordinal for c in spec.columns}, len(spec.columns))
         rows = [ChangeRow(lsn, lsn, 2, full, 1, dict(v)) for k, v in now[spec.name].items() if held[spec.name].get(k) != v]
         rows += [ChangeRow(lsn, lsn, 1, full, 1, dict(v)) for k, v in held[spec.name].items() if k not in now[spec.name]]
@@ -29,12 +30,14 @@ def _snapshot_transaction(now: dict, held: dict, lsn: int, time) -> Transaction:
     return tx
 
 
-def _snapshot_versions(monkeypatch, snapshots: set[int]) -> None:
-    """Expected marts name a version a snapshot opened `snapshot`, not `insert`."""
+def _snapshot_versions(monkeypatch, snapshots: set[int], tables: set[str] | None = None) -> None:
+    """Expected marts name a version a snapshot opened `snapshot`, not `insert` (in `tables`, by
+    default every table)."""
     original = expected.transaction_versions
 
     def versions(spec, txs, upper=None):
-        return {k: [(lsn, t, "snapshot" if int(lsn, 16) in snapshots and op == "insert" else op, v, o)
+        named = tables is None or spec.name in tables
+        return {k: [(lsn, t, "snapshot" if named and int(lsn, 16) in snapshots and op == "insert" else op, v, o)
                     for lsn, t, op, v, o in vs] for k, vs in original(spec, txs, upper).items()}
 
     monkeypatch.setattr(expected, "transaction_versions", versions)
@@ -81,3 +84,68 @@ def test_an_initial_snapshot_then_a_gap_remedied_by_a_new_snapshot(pipeline, mon
     assert any(r.operation == 1 for rows in snapshot2.changes.values() for r in rows)  # keys deleted meanwhile
     _snapshot_versions(monkeypatch, {s1, s2})
     _check_marts(pipeline, sim, later[-1].commit_lsn, transactions=[snapshot1, *after, snapshot2, *later])
+
+    # a snapshot at or below the marts' watermark never applies: the run says so, nothing changes
+    customers = TABLES[0]
+    landing_writer.write_snapshot(landing, "s3", customers, list(at_s1[customers.name].values()), s1)
+    out = io.StringIO()
+    pipeline.run(progress=report.Progress(stream=out))
+    assert (f"WARNING snapshot of {customers.name}: the snapshot at 0x{lsn_hex(s1)} is at or below its marts' "
+            "watermark") in out.getvalue(), out.getvalue()[-2000:]
+    _check_marts(pipeline, sim, later[-1].commit_lsn, transactions=[snapshot1, *after, snapshot2, *later])
+
+
+def test_a_debezium_initial_snapshot_then_a_complete_snapshot_reconciles_and_an_incremental_one_never_deletes(
+        spark, tmp_path, monkeypatch):
+    """Debezium's snapshot rows (op r) establish the state at their LSN; after events were lost
+    (connector offsets reset), a new complete snapshot (its rows marked first ... last)
+    reconciles: keys it lacks are deleted at its LSN, changed rows get a version, unchanged rows
+    nothing. An incremental snapshot (rows marked incremental) never deletes."""
+    from runner import debezium_writer
+    from tests.test_debezium import DECLARED_COLUMNS, ITEMS, _pipeline
+
+    pipeline = _pipeline(spark, tmp_path, {"items": {
+        "channel": "debezium", "source_database": "ShopDb", "source_schema": "dbo", "source_table": "items",
+        "key": ["item_id"], "columns": DECLARED_COLUMNS}})
+    folder = pipeline.landing / "debezium" / "server1.ShopDb.dbo.items"
+    render = debezium_writer.Renderer(ITEMS, debezium_writer.DebeziumOptions(schema=True))
+    sim = Simulator([ITEMS], seed=37)
+    before = sim.run(25)
+    s1, at_s1 = before[-1].commit_lsn, copy.deepcopy(sim.state)
+    after = sim.run(20)
+    debezium_writer.write_lines(folder / "b0.jsonl", render.snapshot(list(at_s1["items"].values()), s1,
+                                                                   before[-1].end_time) + render.changes(after))
+    pipeline.run()
+    snapshot1 = _snapshot_transaction(at_s1, {"items": {}}, s1, before[-1].end_time, tables=[ITEMS])
+    _snapshot_versions(monkeypatch, {s1})
+    _check_marts(pipeline, sim, after[-1].commit_lsn, tables=[ITEMS], transactions=[snapshot1, *after])
+    held = copy.deepcopy(sim.state)
+
+    # events lost (the connector's offsets were reset); it snapshots again, then streams on
+    lost = sim.run(20)
+    s2, at_s2 = lost[-1].commit_lsn, copy.deepcopy(sim.state)
+    later = sim.run(15)
+    lines = render.snapshot(list(at_s2["items"].values()), s2, lost[-1].end_time)
+    # the snapshot's rows arrive in two batches: only the one holding `last` completes it
+    debezium_writer.write_lines(folder / "b1.jsonl", lines[: len(lines) // 2])
+    pipeline.run()
+    # half a snapshot deletes nothing: its rows are the state at s2, the keys it has not sent yet stay
+    current = {r["item_id"] for r in pipeline.table("items_current", "item_id")}
+    assert set(held["items"]) <= {(k,) for k in current}
+    debezium_writer.write_lines(folder / "b2.jsonl", lines[len(lines) // 2:] + render.changes(later))
+    pipeline.run()
+    snapshot2 = _snapshot_transaction(at_s2, held, s2, lost[-1].end_time, tables=[ITEMS])
+    assert any(r.operation == 1 for r in snapshot2.changes["items"])  # keys deleted meanwhile
+    assert len(snapshot2.changes["items"]) < len(at_s2["items"])  # unchanged keys: no version
+    _snapshot_versions(monkeypatch, {s1, s2})
+    expected = [snapshot1, *after, snapshot2, *later]
+    _check_marts(pipeline, sim, later[-1].commit_lsn, tables=[ITEMS], transactions=expected)
+
+    # an incremental snapshot of a few rows: they are unchanged, and the rows it lacks stay
+    versions = pipeline.rows("select count(*) as n from {s}.items_history")[0]["n"]
+    rows = list(sim.state["items"].values())[:3]
+    debezium_writer.write_lines(folder / "b3.jsonl", render.snapshot(rows, later[-1].commit_lsn + 1, later[-1].end_time,
+                                                                     incremental=True))
+    pipeline.run()
+    _check_marts(pipeline, sim, later[-1].commit_lsn, tables=[ITEMS], transactions=expected)
+    assert pipeline.rows("select count(*) as n from {s}.items_history")[0]["n"] == versions

@@ -245,6 +245,9 @@ final as (
         operation,
         lower(coalesce(snapshot_text, 'false')) in ('true', 'last', 'first', 'first_in_data_collection',
             'last_in_data_collection', 'incremental') as is_snapshot,
+        -- where a snapshot row stands in its snapshot: first, true, last, first_in_data_collection,
+        -- last_in_data_collection or incremental (README "Snapshots": `last` completes one)
+        case when lower(snapshot_text) != 'false' then lower(snapshot_text) end as snapshot_marker,
         timestamp_millis(ts_ms) as commit_time,
         before_values,
         after_values,

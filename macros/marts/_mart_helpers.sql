@@ -49,13 +49,13 @@
 {#- Keys whose transactions int_<table>__transactions rebuilds for a key-recomputing channel: those
     with a trusted event up to the window's upper LSN that arrived in a landing batch after the
     window's lower batch, or whose LSN is above its lower LSN (every key when the window is not
-    scoped). window: see _transactions_window. -#}
+    scoped, or a complete Debezium snapshot arrived). window: see _transactions_window. -#}
 {% macro _mart_touched(t, window) -%}
     select distinct {% for k in t.key %}staged.{{ k }}{{ ', ' if not loop.last }}{% endfor %}
     from {{ sqlserver_cdc._staging_ref(t) }} as staged
     where staged.quarantine_reason is null
         and staged.commit_lsn <= {{ window.upper }}
-        {%- if window.scoped %}
+        {%- if window.scoped and not window.touch_all %}
         and ((staged._batch_id > {{ window.lower_batch }} and staged._batch_id <= {{ window.upper_batch }})
             or staged.commit_lsn > {{ window.lower }})
         {%- endif %}
@@ -66,7 +66,7 @@
     window's LSNs only). Key-recomputing channels: every trusted event up to upper of the touched
     keys (all keys when the window is not scoped), in LSN order, with the columns an event did not
     carry filled from the key's previous event (an insert starts afresh: what it does not carry is
-    NULL). window: see _transactions_window; a scoped window's bounds are literals, so Delta skips
+    NULL), _from_snapshot for a Debezium snapshot row. window: see _transactions_window; a scoped window's bounds are literals, so Delta skips
     the staged files outside them. -#}
 {% macro _mart_changes(t, window) -%}
     {%- if sqlserver_cdc._recomputes_keys(t) %}
@@ -77,8 +77,9 @@
         {{ k }},
         {%- endfor %}
         {%- for c in non_key %}
-        _filled_{{ c }}.v as {{ c }}{{ ',' if not loop.last }}
+        _filled_{{ c }}.v as {{ c }},
         {%- endfor %}
+        operation = 'snapshot' as _from_snapshot
     from (
         select
             *,
@@ -107,7 +108,16 @@
             rows between unbounded preceding and current row
         )
     )
+    {%- elif t.instances | length > 1 %}
+    {{ sqlserver_cdc._merged_instance_changes(t, window) }}
     {%- else %}
+    {{ sqlserver_cdc._staged_changes(t, window) }}
+    {%- endif %}
+{%- endmacro %}
+
+{#- The trusted staged change rows of a change-table table with lower < commit_lsn <= upper
+    (snapshot rows left out), with their commit time from lsn_time_mapping. -#}
+{% macro _staged_changes(t, window) -%}
     select staged.*, commit_times.tran_end_time as commit_time
     from {{ sqlserver_cdc._staging_ref(t) }} as staged
     left join (
@@ -122,6 +132,92 @@
         and staged.commit_lsn <= {{ window.upper }}
         -- snapshot rows are not changes: a snapshot starts a window (see transactions)
         and staged.operation != 'snapshot'
+{%- endmacro %}
+
+{#- The changes of a table with several capture instances (README "Capture-instance changes"):
+    a change two instances both captured (same commit LSN, change LSN, operation and key) comes
+    once, each column from the latest instance that captures it, the masks ORed (they are in the
+    table's ordinals already, see stage_change_table). A column some instance does not capture
+    keeps the key's previous value in that instance's rows: the last captured one before it in
+    the window, else (before any insert in the window) the current-state mart's; an insert starts
+    afresh. Rows staged before staging recorded capture_instance count as the first instance's. -#}
+{% macro _merged_instance_changes(t, window) -%}
+    {%- set non_key = sqlserver_cdc._non_key_columns(t) -%}
+    {%- set names = t.instances | map(attribute='name') | map('lower') | list -%}
+    {%- set instance = "coalesce(capture_instance, '" ~ names[0] ~ "')" -%}
+    {%- set capturers = {} -%}
+    {%- for c in non_key -%}
+        {%- set by = [] -%}
+        {%- for i in t.instances if c in i.columns | map(attribute='name') | list -%}{%- do by.append(i.name | lower) -%}{%- endfor -%}
+        {%- do capturers.update({c: by}) -%}
+    {%- endfor -%}
+    {%- set partial = [] -%}
+    {%- for c in non_key if capturers[c] | length < names | length -%}{%- do partial.append(c) -%}{%- endfor -%}
+    {%- set rank -%}case {{ instance }}{% for n in names %} when '{{ n }}' then {{ loop.index }}{% endfor %} end{%- endset -%}
+    {%- set known = sqlserver_cdc._current_relation(t) if window.scoped and partial else none -%}
+    select
+        merged.commit_lsn, merged.change_lsn, merged.command_id, merged.operation, merged.operation_code,
+        merged.update_mask, merged.commit_time,
+        {%- for k in t.key %}
+        merged.{{ k }},
+        {%- endfor %}
+        {%- for c in non_key %}
+        {%- if c in partial %}
+        case when merged._filled_{{ c }} is not null then merged._filled_{{ c }}.v
+            {%- if known is not none %} when merged._life = 0 then known.{{ c }}{% endif %} end as {{ c }}
+        {%- else %}
+        merged.{{ c }}
+        {%- endif %}{{ ',' if not loop.last }}
+        {%- endfor %}
+    from (
+        -- each column carried to the rows of instances that do not capture it, within a key's life
+        select
+            *
+            {%- for c in partial %},
+            last(case when _has_{{ c }} then struct({{ c }} as v) end, true) over carried as _filled_{{ c }}
+            {%- endfor %}
+        from (
+            select
+                *,
+                count_if(operation_code = 2) over (
+                    partition by {{ t.key | join(', ') }} order by commit_lsn, change_lsn, operation_code
+                    rows between unbounded preceding and current row
+                ) as _life
+            from (
+                -- one row per change, whichever instances captured it
+                select
+                    commit_lsn, change_lsn, operation, operation_code,
+                    {%- for k in t.key %}
+                    {{ k }},
+                    {%- endfor %}
+                    max(command_id) as command_id,
+                    {{ sqlserver_cdc.bit_or_masks('update_mask', ((t.columns | map(attribute='ordinal') | max) + 7) // 8) }} as update_mask,
+                    max(commit_time) as commit_time,
+                    {%- for c in non_key %}
+                    {%- set captures = instance ~ " in ('" ~ capturers[c] | join("', '") ~ "')" %}
+                    {%- if c in partial %}
+                    max_by({{ c }}, case when {{ captures }} then {{ rank }} end) as {{ c }},
+                    bool_or({{ captures }}) as _has_{{ c }}{{ ',' if not loop.last }}
+                    {%- else %}
+                    max_by({{ c }}, {{ rank }}) as {{ c }}{{ ',' if not loop.last }}
+                    {%- endif %}
+                    {%- endfor %}
+                from (
+                    {{ sqlserver_cdc._staged_changes(t, window) | indent(20) }}
+                )
+                group by commit_lsn, change_lsn, operation, operation_code, {{ t.key | join(', ') }}
+            )
+        )
+        window carried as (
+            partition by {{ t.key | join(', ') }}, _life order by commit_lsn, change_lsn, operation_code
+            rows between unbounded preceding and current row
+        )
+    ) as merged
+    {%- if known is not none %}
+    left join (
+        select {{ sqlserver_cdc._stored_columns(known, t, t.key + partial) }} from {{ known }} where not is_deleted
+    ) as known
+        on {{ sqlserver_cdc._key_match(t, 'merged', 'known') }}
     {%- endif %}
 {%- endmacro %}
 

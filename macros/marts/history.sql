@@ -64,7 +64,11 @@ batch_keys as (
 
 stored as (
     select stored.*
-    from {{ this }} as stored
+    from (
+        select {{ sqlserver_cdc._stored_columns(this, t, t.key + non_key) }},
+            {{ (out_columns | reject('in', t.key + non_key) | list) | join(', ') }}
+        from {{ this }}
+    ) as stored
     left semi join batch_keys
         on {{ sqlserver_cdc._key_match(t, 'stored', 'batch_keys') }}
 ),

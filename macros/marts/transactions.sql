@@ -25,6 +25,8 @@
 {%- set recompute = sqlserver_cdc._recomputes_keys(t) -%}
 {%- if not recompute %}
 -- depends_on: {{ ref('stg_cdc_metadata__change_tables') }}
+{%- elif t.channel == 'debezium' %}
+-- depends_on: {{ ref('stg_debezium__events') }}
 {%- endif %}
 with
 {%- if recompute %}
@@ -38,10 +40,81 @@ changes as (
     {{ sqlserver_cdc._mart_changes(t, window) }}
 ),
 
+{%- if t.channel == 'debezium' %}
+{%- set change_columns = ['commit_lsn', 'change_lsn', 'command_id', 'operation_code', 'update_mask', 'commit_time']
+    + t.key + non_key + ['_from_snapshot'] %}
+
+-- Debezium snapshots (README "Snapshots"): a key alive before a complete snapshot that it lacks is
+-- deleted at its LSN; a snapshot row equal to the key's state before it is no change, one that
+-- differs names the columns that do
+reconciled_changes as (
+    select
+        {{ change_columns | join(', ') }},
+        -- a snapshot version's changed columns: those that differ from the key's state before it
+        case when _before.operation_code != 1
+            then {{ sqlserver_cdc.update_mask_from_flags(sqlserver_cdc._differing_flags(t, '_before'), width=t.columns | map(attribute='ordinal') | max) }}
+            else update_mask end as _snapshot_mask
+    from (
+        select
+            *,
+            lag(struct(operation_code{% for c in non_key %}, {{ c }}{% endfor %})) over (
+                partition by {{ t.key | join(', ') }} order by commit_lsn, change_lsn, command_id
+            ) as _before
+        from (
+            select {{ change_columns | join(', ') }} from changes
+            {%- for s in window.complete_snapshots %}
+            union all
+            select
+                {{ s.lsn }} as commit_lsn, '00000000000000000000' as change_lsn, 0 as command_id, 1 as operation_code,
+                cast(null as binary) as update_mask, {{ s.commit_time }} as commit_time,
+                {%- for k in t.key %}
+                alive.{{ k }},
+                {%- endfor %}
+                {%- for c in non_key %}
+                null as {{ c }},
+                {%- endfor %}
+                false as _from_snapshot
+            from (
+                select {{ t.key | join(', ') }}
+                from changes
+                where commit_lsn < {{ s.lsn }}
+                group by {{ t.key | join(', ') }}
+                having max_by(operation_code, struct(commit_lsn, change_lsn, command_id)) != 1
+            ) as alive
+            left anti join (
+                select {{ t.key | join(', ') }} from changes where commit_lsn = {{ s.lsn }} and _from_snapshot
+            ) as kept
+                on {{ sqlserver_cdc._key_match(t, 'alive', 'kept') }}
+            {%- endfor %}
+        )
+    )
+    where not coalesce(_from_snapshot and _before.operation_code != 1
+        {%- for c in non_key %}
+        and _before.{{ c }} <=> {{ c }}
+        {%- endfor %}, false)
+),
+
+transactions as (
+    select
+        {%- for c in out_columns %}
+        {%- if c == 'operation_code' %}
+        case when operation_code = 2 and _from_snapshot then 5 else operation_code end as operation_code,
+        {%- elif c == 'update_mask' %}
+        case when operation_code = 2 and _from_snapshot then _snapshot_mask else update_mask end as update_mask,
+        {%- else %}
+        {{ c }}{{ ',' if not loop.last }}
+        {%- endif %}
+        {%- endfor %}
+    from {{ sqlserver_cdc.net_changes('reconciled_changes', t.key + ['commit_lsn'], columns, 'all with mask',
+        extra_columns=['commit_time', '_from_snapshot', '_snapshot_mask'], max_mask_bytes=((t.columns | length) + 7) // 8) }}
+),
+{%- else %}
+
 transactions as (
     select * from {{ sqlserver_cdc.net_changes('changes', t.key + ['commit_lsn'], columns, 'all with mask',
         extra_columns=['commit_time'], max_mask_bytes=((t.columns | length) + 7) // 8) }}
 ),
+{%- endif %}
 
 {%- if window.snapshot %}
 
@@ -57,7 +130,7 @@ snapshot as (
 {%- if known is not none %}
 
 known as (
-    select {{ columns | join(', ') }} from {{ known }} where not is_deleted
+    select {{ sqlserver_cdc._stored_columns(known, t, columns) }} from {{ known }} where not is_deleted
 ),
 {%- endif %}
 
@@ -158,6 +231,7 @@ where false
     {%- set whole = {'lower': "''", 'lower_batch': "''", 'scoped': false, 'empty': false, 'snapshot': none,
         'upper': sqlserver_cdc.upper_lsn(t.channel) if execute else 'cast(null as string)',
         'upper_batch': sqlserver_cdc.upper_batch(t.channel) if execute and recompute else 'cast(null as string)'} -%}
+    {%- do whole.update({'complete_snapshots': [], 'touch_all': false}) -%}
     {%- if not execute or flags.WHICH not in ('run', 'build', 'retry') -%}
         {{ return(whole) }}
     {%- endif -%}
@@ -177,6 +251,9 @@ where false
         {%- set latest = run_query('select ' ~ snapshot).rows[0][0] if not recompute else none -%}
         {%- if latest -%}
             {%- do whole.update({'lower': literal(latest), 'snapshot': literal(latest)}) -%}
+        {%- endif -%}
+        {%- if t.channel == 'debezium' -%}
+            {%- do whole.update(sqlserver_cdc._debezium_complete_snapshots(t, whole.upper, none)) -%}
         {%- endif -%}
         {{ return(whole) }}
     {%- endif -%}
@@ -214,22 +291,65 @@ where false
                     {{ whole.upper }} as upper_lsn,
                     {{ whole.upper_batch }} as upper_batch,
                     {{ snapshot }} as snapshot_lsn,
-                    {{ 'cast(null as string)' if recompute else sqlserver_cdc.min_lsn(t.capture_instance) }} as available_lsn
+                    {{ 'cast(null as string)' if recompute else sqlserver_cdc._table_min_lsn(t) }} as available_lsn
             ) as bounds
         )
     {%- endset -%}
     {%- set row = run_query(query).rows[0] -%}
     {%- if row['gap'] -%}
         {{ exceptions.raise_compiler_error('gap detected for tracked table ' ~ t.name ~ ': its marts need changes from LSN '
-            ~ row['needed_lsn'] ~ ' but capture instance ' ~ t.capture_instance ~ ' now starts at ' ~ row['available_lsn']
+            ~ row['needed_lsn'] ~ ' but capture instance ' ~ t.instances | map(attribute='name') | join(' / ') ~ ' now starts at ' ~ row['available_lsn']
             ~ '; changes ' ~ row['needed_lsn'] ~ ' to ' ~ row['removed_to_lsn'] ~ ' were removed by cleanup before they'
             ~ ' were processed. Land a snapshot of ' ~ t.name ~ ' taken at or after LSN ' ~ row['removed_to_lsn']
             ~ ' (README "Snapshots"): it reconciles the marts and keeps their history') }}
     {%- endif -%}
-    {{ return({'lower': literal(row['lower_lsn']), 'upper': literal(row['upper_lsn']),
+    {%- set window = {'lower': literal(row['lower_lsn']), 'upper': literal(row['upper_lsn']),
         'lower_batch': literal(row['lower_batch']), 'upper_batch': literal(row['upper_batch']),
         'snapshot': literal(row['snapshot_lsn']) if row['snapshot_lsn'] else none,
-        'scoped': row['lower_lsn'] != '', 'empty': row['empty']}) }}
+        'scoped': row['lower_lsn'] != '', 'empty': row['empty'], 'complete_snapshots': [], 'touch_all': false} -%}
+    {%- if t.channel == 'debezium' and not row['empty'] -%}
+        {%- do window.update(sqlserver_cdc._debezium_complete_snapshots(t, window.upper, row['lower_batch'])) -%}
+    {%- endif -%}
+    {{ return(window) }}
+{%- endmacro %}
+
+{#- The complete Debezium snapshots of table t up to `upper` (README "Snapshots"):
+    {complete_snapshots: [{lsn, commit_time}] as SQL literals, touch_all}. A snapshot is complete
+    when a row of it is marked `last` (the end of the whole snapshot, whichever table it is in)
+    or, for this table, `last_in_data_collection`, and the table has rows in it; an incremental
+    snapshot never is. touch_all: one of them (its rows or its marker) landed after
+    `lower_batch`, so every key of the table is rebuilt (keys it lacks are deleted). The markers
+    are read from stg_debezium__events by a predicate on snapshot_marker, which Delta's file
+    statistics answer without reading the files of ordinary changes. -#}
+{% macro _debezium_complete_snapshots(t, upper, lower_batch) -%}
+    {%- set markers = run_query("select commit_lsn, max(_batch_id) from " ~ ref('stg_debezium__events')
+        ~ " where status = 'complete' and (snapshot_marker = 'last' or (snapshot_marker = 'last_in_data_collection' and "
+        ~ sqlserver_cdc._event_route(t) ~ ")) and commit_lsn <= " ~ upper ~ " group by commit_lsn") -%}
+    {%- set found = [] -%}
+    {%- set touch = namespace(all=false) -%}
+    {%- if markers.rows | length > 0 -%}
+        {%- set landed = {} -%}
+        {%- for row in markers -%}{%- do landed.update({row[0]: row[1]}) -%}{%- endfor -%}
+        {%- for row in run_query("select commit_lsn, cast(max(commit_time) as string), max(_batch_id) from "
+            ~ sqlserver_cdc._staging_ref(t) ~ " where quarantine_reason is null and operation = 'snapshot' and commit_lsn in ('"
+            ~ landed.keys() | join("', '") ~ "') group by commit_lsn order by commit_lsn") -%}
+            {%- do found.append({'lsn': "'" ~ row[0] ~ "'",
+                'commit_time': "timestamp'" ~ row[1] ~ "'" if row[1] else 'cast(null as timestamp)'}) -%}
+            {%- set touch.all = touch.all or lower_batch is none or [row[2], landed[row[0]]] | max > lower_batch -%}
+        {%- endfor -%}
+    {%- endif -%}
+    {{ return({'complete_snapshots': found, 'touch_all': touch.all}) }}
+{%- endmacro %}
+
+{#- The earliest LSN any of a change-table table's capture instances still holds (cleanup has
+    removed what lies below it from all of them). -#}
+{% macro _table_min_lsn(t) -%}
+    {%- if t.instances | length == 1 -%}
+        {{ return(sqlserver_cdc.min_lsn(t.capture_instance)) }}
+    {%- endif -%}
+    {%- set lows = [] -%}
+    {%- for i in t.instances -%}{%- do lows.append(sqlserver_cdc.min_lsn(i.name)) -%}{%- endfor -%}
+    {{ return('least(' ~ lows | join(', ') ~ ')') }}
 {%- endmacro %}
 
 {#- The LSN of the newest snapshot of a change-table table landed at or below `upper` (an SQL
@@ -249,6 +369,27 @@ where false
         {{ return(adapter.get_relation(database=node.database, schema=node.schema, identifier=node.alias)) }}
     {%- endfor -%}
     {{ return(none) }}
+{%- endmacro %}
+
+{#- A select list of `columns` from a stored mart, NULL for a column it does not have yet (a column
+    added to the table: the mart gains it when it next runs, after the intermediate). -#}
+{% macro _stored_columns(relation, t, columns) -%}
+    {%- set stored = adapter.get_columns_in_relation(relation) | map(attribute='name') | map('lower') | list -%}
+    {%- set types = {} -%}
+    {%- for c in t.columns -%}{%- do types.update({c.name: sqlserver_cdc.spark_type(c.type)}) -%}{%- endfor -%}
+    {%- for c in columns -%}
+        {{ c if c | lower in stored else 'cast(null as ' ~ types[c] ~ ') as ' ~ c }}{{ ', ' if not loop.last }}
+    {%- endfor -%}
+{%- endmacro %}
+
+{#- [ordinal, flag] pairs of the non-key columns whose value differs from the same field of struct
+    `before` (a Debezium snapshot row against the key's state before it). -#}
+{% macro _differing_flags(t, before) -%}
+    {%- set flags = [] -%}
+    {%- for c in t.columns if c.name not in t.key -%}
+        {%- do flags.append([c.ordinal, 'not (' ~ before ~ '.' ~ c.name ~ ' <=> ' ~ c.name ~ ')']) -%}
+    {%- endfor -%}
+    {{ return(flags) }}
 {%- endmacro %}
 
 {#- [ordinal, flag] pairs for a snapshot version's update mask: every column for a key the marts

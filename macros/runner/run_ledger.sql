@@ -177,8 +177,24 @@
     {%- set payload = {'run_id': batch_id, 'status': status, 'landed': landed, 'upper_lsn': upper,
         'upper_batch': upper_batch, 'channels': channels, 'seeds_loaded': false not in seeds_loaded,
         'refused': landing.refused, 'waiting': landing.waiting, 'held_back': export.held_back,
-        'without_manifest': export.without_manifest, 'export_gaps': export.gaps} -%}
+        'without_manifest': export.without_manifest, 'export_gaps': export.gaps,
+        'stale_snapshots': sqlserver_cdc._stale_snapshots(raw, batch_id) if landed else []} -%}
     {{ log('sqlserver_cdc.begin_run ' ~ tojson(payload), info=true) }}
+{%- endmacro %}
+
+{#- The snapshots landed in batch `batch_id` that will never apply (README "Snapshots"): at or
+    below the watermark of one of their table's marts, as "<table>: ..." texts. -#}
+{% macro _stale_snapshots(raw, batch_id) -%}
+    {%- set stale = [] -%}
+    {%- for row in run_query("select s.tracked_table, s.snapshot_lsn, max(w.watermark_lsn) from (select lower(entity) as tracked_table,"
+        ~ " row_values['snapshot_lsn'] as snapshot_lsn from " ~ raw ~ " where _batch_id = " ~ sqlserver_cdc._sql_string(batch_id)
+        ~ " and landing_kind = 'snapshot_manifest') as s inner join (" ~ sqlserver_cdc.mart_watermarks() ~ ") as w"
+        ~ " on w.model_name in (concat(s.tracked_table, '_current'), concat(s.tracked_table, '_history'))"
+        ~ " where s.snapshot_lsn <= w.watermark_lsn group by s.tracked_table, s.snapshot_lsn") -%}
+        {%- do stale.append(row[0] ~ ': the snapshot at 0x' ~ row[1] ~ ' is at or below its marts\' watermark 0x' ~ row[2]
+            ~ ', so it is never applied; land one taken later') -%}
+    {%- endfor -%}
+    {{ return(stale) }}
 {%- endmacro %}
 
 {#- The change-table cut that export manifests allow (README "Export manifests"):
@@ -187,8 +203,8 @@
     previous run's value, raised by the manifests landed since `since` or, while one waits beyond
     a gap, since manifests_from, the batch of the earliest such manifest). A manifest continues
     the chain when its after_lsn is at or below the LSN reached (the first one starts it).
-    cut: the smallest exported LSN of the declared change-table instances that have manifests
-    (none when none has), and held_back the table holding the cut below `captured` (the landed
+    cut: the smallest LSN the declared change-table tables' exports reach (_table_exported; none
+    when no table has manifests), and held_back the table holding the cut below `captured` (the landed
     lsn_time_mapping high-water mark): {table, capture_instance, exported_lsn, captured_lsn}.
     without_manifest: the declared instances with none (their rows follow the mapping alone). -#}
 {% macro _export_cut(raw, since, manifests_from, exported, captured) -%}
@@ -223,15 +239,16 @@
     {%- set cut = namespace(lsn=none, table=none, instance=none) -%}
     {%- set without = [] -%}
     {%- for name, table in var('cdc_tracked_tables', {}).items() | sort if table.get('channel', 'change_tables') == 'change_tables' -%}
-        {%- set instance = (table.get('capture_instance') or '') | lower -%}
-        {%- if instance in exported or required -%}
-            {%- if cut.lsn is none or exported.get(instance, '') < cut.lsn -%}
-                {%- set cut.lsn = exported.get(instance, '') -%}
+        {%- set t = sqlserver_cdc.tracked_table(name) -%}
+        {%- set reached = sqlserver_cdc._table_exported(t, exported) -%}
+        {%- if reached is not none or required -%}
+            {%- if cut.lsn is none or (reached or '') < cut.lsn -%}
+                {%- set cut.lsn = reached or '' -%}
                 {%- set cut.table = name -%}
-                {%- set cut.instance = instance -%}
+                {%- set cut.instance = sqlserver_cdc._table_export_laggard(t, exported) -%}
             {%- endif -%}
         {%- else -%}
-            {%- do without.append(instance) -%}
+            {%- do without.append(t.capture_instance | lower) -%}
         {%- endif -%}
     {%- endfor -%}
     {%- set held_back = none -%}
@@ -241,6 +258,28 @@
     {%- endif -%}
     {{ return({'exported': exported, 'manifests_from': (pending | min) if pending else '', 'cut': cut.lsn,
         'held_back': held_back, 'without_manifest': without, 'gaps': gaps}) }}
+{%- endmacro %}
+
+{#- How far a change-table table's exports reach (README "Capture-instance changes"): the
+    smallest exported LSN of its capture instances with manifests that are not declared dropped
+    (while two run side by side, each holds the changes only it captures), else the largest of
+    the dropped ones'; none when no instance has manifests. exported: capture instance (lower
+    case) -> LSN (see _export_cut). -#}
+{% macro _table_exported(t, exported) -%}
+    {%- set active, dropped = [], [] -%}
+    {%- for i in t.instances if exported.get(i.name | lower) is not none -%}
+        {%- do (dropped if i.dropped else active).append(exported[i.name | lower]) -%}
+    {%- endfor -%}
+    {{ return((active | min) if active else ((dropped | max) if dropped else none)) }}
+{%- endmacro %}
+
+{#- The capture instance whose exports reach as far as table t's do (see _table_exported). -#}
+{% macro _table_export_laggard(t, exported) -%}
+    {%- set reached = sqlserver_cdc._table_exported(t, exported) -%}
+    {%- for i in t.instances if exported.get(i.name | lower) == reached and not i.dropped -%}
+        {{ return(i.name | lower) }}
+    {%- endfor -%}
+    {{ return(t.capture_instance | lower) }}
 {%- endmacro %}
 
 {#- var cdc_export_manifests: 'optional' (default; an instance without manifests follows the

@@ -12,11 +12,11 @@
 {% macro _staged_table_config(unique_key=none, incremental_predicates=none) -%}
     {%- if unique_key is none %}
     {{ config(materialized='incremental', incremental_strategy='append', file_format='delta',
-        on_schema_change='fail',
+        on_schema_change='append_new_columns',
         pre_hook="{{ sqlserver_cdc._staged_through_hook() }}") }}
     {%- else %}
     {{ config(materialized='incremental', incremental_strategy='merge', file_format='delta',
-        unique_key=unique_key, incremental_predicates=incremental_predicates, on_schema_change='fail',
+        unique_key=unique_key, incremental_predicates=incremental_predicates, on_schema_change='append_new_columns',
         pre_hook="{{ sqlserver_cdc._staged_through_hook() }}") }}
     {%- endif %}
 {%- endmacro %}

@@ -1,5 +1,6 @@
-{#- Staging for one tracked table fed by change tables: the landed rows of its capture instance,
-    typed, `__$` names renamed, operation decoded; and the rows of its snapshots (README
+{#- Staging for one tracked table fed by change tables: the landed rows of its capture instances
+    (README "Capture-instance changes"), typed, `__$` names renamed, operation decoded, the
+    update mask in the table's ordinals, capture_instance the instance a row came from; and the rows of its snapshots (README
     "Snapshots") as rows with operation `snapshot` at the snapshot's LSN (commit and change LSN),
     no update mask. An incremental Delta table appended per
     landing batch: every landed row is decoded once and comes out once; rows that cannot be
@@ -18,7 +19,7 @@ with
 
 landed_rows as (
     {{ sqlserver_cdc._landed_since_last_batch(
-        "(landing_kind = 'change_tables' and lower(entity) = '" ~ t.capture_instance | lower ~ "')"
+        "(landing_kind = 'change_tables' and lower(entity) in ('" ~ t.instances | map(attribute='name') | map('lower') | join("', '") ~ "'))"
         ~ " or (landing_kind = 'snapshots' and lower(entity) = '" ~ t.name | lower ~ "')") }}
 ),
 
@@ -33,6 +34,7 @@ snapshot_files as (
 texts as (
     select
         landed_rows.landing_kind = 'snapshots' as is_snapshot,
+        case when landed_rows.landing_kind = 'change_tables' then lower(landed_rows.entity) end as capture_instance,
         coalesce(snapshot_files.snapshot_lsn, row_values['__$start_lsn']) as text_start_lsn,
         coalesce(snapshot_files.snapshot_lsn, row_values['__$seqval']) as text_seqval,
         row_values['__$operation'] as text_operation,
@@ -85,12 +87,13 @@ validated as (
 
 final as (
     select
+        validated.capture_instance,
         validated.commit_lsn,
         validated.change_lsn,
         validated.command_id,
         validated.operation,
         {{ sqlserver_cdc.operation_number('validated.operation') }} as operation_code,
-        validated.update_mask,
+        {{ sqlserver_cdc._table_mask(t, 'validated.update_mask', 'validated.capture_instance') }} as update_mask,
         {%- for c in t.columns %}
         validated.{{ c.name }},
         {%- endfor %}
@@ -103,4 +106,37 @@ final as (
 )
 
 select * from final
+{%- endmacro %}
+
+{#- A change row's update mask in the table's ordinals: the mask itself for an instance whose
+    ordinals are the table's, else rebuilt bit by bit from the instance's ordinals. -#}
+{% macro _table_mask(t, mask, instance) -%}
+    {%- set ordinal = {} -%}
+    {%- for c in t.columns -%}{%- do ordinal.update({c.name: c.ordinal}) -%}{%- endfor -%}
+    {%- set remapped = [] -%}
+    {%- for i in t.instances -%}
+        {%- set flags = [] -%}
+        {%- set moved = namespace(any=false) -%}
+        {%- for c in i.columns -%}
+            {%- do flags.append([ordinal[c.name], sqlserver_cdc.is_bit_set(mask, c.ordinal)]) -%}
+            {%- set moved.any = moved.any or ordinal[c.name] != c.ordinal -%}
+        {%- endfor -%}
+        {%- if moved.any -%}
+            {%- do remapped.append((i.name | lower, flags)) -%}
+        {%- endif -%}
+    {%- endfor -%}
+    {%- if not remapped -%}
+        {{ return(mask) }}
+    {%- endif -%}
+    {%- set width = t.columns | map(attribute='ordinal') | max -%}
+    {%- set sql -%}
+    case
+        when {{ mask }} is null then null
+        {%- for name, flags in remapped %}
+        when {{ instance }} = '{{ name }}' then {{ sqlserver_cdc.update_mask_from_flags(flags, width=width) }}
+        {%- endfor %}
+        else {{ mask }}
+    end
+    {%- endset -%}
+    {{ return(sql) }}
 {%- endmacro %}

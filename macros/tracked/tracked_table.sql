@@ -1,5 +1,8 @@
 {#- The declaration of a tracked table (var cdc_tracked_tables), validated, with defaults filled:
-    name, channel (change_tables | ces | debezium), capture_instance (change tables only),
+    name, channel (change_tables | ces | debezium), capture_instance (change tables: the latest of
+    its capture instances), instances (change tables: [{name, columns}] in the order they were
+    created, from capture_instances, else the one capture_instance; each instance's columns with
+    its own ordinals, their positions in its captured-column list), 
     source_database, source_schema, source_table (how CES and Debezium events are routed), topic
     (Debezium: route by the Kafka topic instead), debezium (the connector's encoding options,
     with defaults: flattened, decimal_handling_mode, time_precision_mode, binary_handling_mode),
@@ -12,7 +15,7 @@
         {{ exceptions.raise_compiler_error("tracked table '" ~ table_name ~ "' is not declared in var cdc_tracked_tables (declared: " ~ (tables.keys() | list | join(', ')) ~ ")") }}
     {%- endif -%}
     {%- set raw = tables[table_name] -%}
-    {%- set channels = {'change_tables': ['capture_instance'], 'ces': ['source_schema', 'source_table'],
+    {%- set channels = {'change_tables': [] if raw.get('capture_instances') else ['capture_instance'], 'ces': ['source_schema', 'source_table'],
         'debezium': [] if raw.get('topic') else ['source_schema', 'source_table']} -%}
     {%- if raw.get('channel') not in channels -%}
         {{ exceptions.raise_compiler_error("tracked table '" ~ table_name ~ "': channel must be one of " ~ (channels.keys() | list | join(', ')) ~ "; got '" ~ raw.get('channel') ~ "'") }}
@@ -21,10 +24,14 @@
         {{ exceptions.raise_compiler_error("tracked table '" ~ table_name ~ "': missing '" ~ field ~ "' (channel " ~ raw.channel ~ ")") }}
     {%- endfor -%}
     {%- set names = raw.columns | map(attribute='name') | map('lower') | list -%}
+    {%- set several = raw.get('capture_instances') is not none -%}
+    {%- set columns = [] -%}
     {%- for column in raw.columns -%}
-        {%- if column.name is not defined or column.type is not defined or column.ordinal is not defined -%}
+        {%- if column.name is not defined or column.type is not defined or (column.ordinal is not defined and not several) -%}
             {{ exceptions.raise_compiler_error("tracked table '" ~ table_name ~ "': every column needs name, type and ordinal; got " ~ column) }}
         {%- endif -%}
+        {#- with several capture instances an ordinal is the column's bit in the marts' masks: by default its position -#}
+        {%- do columns.append({'name': column.name, 'type': column.type, 'ordinal': column.get('ordinal', loop.index)}) -%}
         {%- if adapter.dispatch('spark_type', 'sqlserver_cdc')(column.type | string) is none -%}
             {{ exceptions.raise_compiler_error("tracked table '" ~ table_name ~ "': column '" ~ column.name ~ "' has type '"
                 ~ column.type ~ "', which is not a supported SQL Server type (supported: " ~ sqlserver_cdc._supported_types() ~ ")") }}
@@ -45,22 +52,78 @@
     {%- if 'buckets' in raw -%}
         {{ exceptions.raise_compiler_error("tracked table '" ~ table_name ~ "': 'buckets' is no longer used (the marts are Delta tables applied by MERGE, not parquet partitions); remove it") }}
     {%- endif -%}
+    {%- if columns | map(attribute='ordinal') | unique | list | length != columns | length -%}
+        {{ exceptions.raise_compiler_error("tracked table '" ~ table_name ~ "': two columns have the same ordinal") }}
+    {%- endif -%}
+    {%- set instances = sqlserver_cdc._capture_instances(table_name, raw, columns) -%}
     {%- set debezium = sqlserver_cdc._debezium_options(table_name, raw) -%}
     {{ return({
         'name': table_name,
         'channel': raw.channel,
-        'capture_instance': raw.get('capture_instance'),
+        'capture_instance': instances[-1].name if instances else none,
+        'instances': instances,
         'source_database': raw.get('source_database'),
         'source_schema': raw.get('source_schema'),
         'source_table': raw.get('source_table'),
         'topic': raw.get('topic'),
         'debezium': debezium,
         'key': raw.key,
-        'columns': raw.columns,
+        'columns': columns,
         'soft_deletes': raw.get('soft_deletes', false),
         'history_delete_versions': raw.get('history_delete_versions', false),
         'history_columns': history_columns,
     }) }}
+{%- endmacro %}
+
+{#- The capture instances of a change-table table (README "Capture-instance changes"), validated:
+    [{name, columns, dropped}], each instance's columns (name, type, ordinal) with the ordinals of
+    its captured-column list; capture_instances lists each instance's captured columns in order
+    (and dropped: true once it is dropped and its last export landed), a lone capture_instance
+    captures the table's columns with their declared ordinals. -#}
+{% macro _capture_instances(table_name, raw, columns) -%}
+    {%- set declared = raw.get('capture_instances') -%}
+    {%- if raw.channel != 'change_tables' -%}
+        {%- if declared or raw.get('capture_instance') -%}
+            {{ exceptions.raise_compiler_error("tracked table '" ~ table_name ~ "': capture instances are for channel change_tables only") }}
+        {%- endif -%}
+        {{ return([]) }}
+    {%- endif -%}
+    {%- if declared is none -%}
+        {{ return([{'name': raw.capture_instance, 'columns': columns, 'dropped': false}]) }}
+    {%- endif -%}
+    {%- if raw.get('capture_instance') -%}
+        {{ exceptions.raise_compiler_error("tracked table '" ~ table_name ~ "': declare either capture_instance or capture_instances, not both") }}
+    {%- endif -%}
+    {%- if declared is string or declared is mapping or declared | length == 0 -%}
+        {{ exceptions.raise_compiler_error("tracked table '" ~ table_name ~ "': capture_instances must be a list of {name, columns}, oldest first; got " ~ declared) }}
+    {%- endif -%}
+    {%- set by_name = {} -%}
+    {%- for c in columns -%}{%- do by_name.update({c.name | lower: c}) -%}{%- endfor -%}
+    {%- set instances = [] -%}
+    {%- for instance in declared -%}
+        {%- if instance is not mapping or not instance.get('name') or instance.get('columns') is string or not instance.get('columns') -%}
+            {{ exceptions.raise_compiler_error("tracked table '" ~ table_name ~ "': each of capture_instances needs a name and its captured columns in order (columns: [...]); got " ~ instance) }}
+        {%- endif -%}
+        {%- if instance.name | lower in instances | map(attribute='name') | map('lower') | list -%}
+            {{ exceptions.raise_compiler_error("tracked table '" ~ table_name ~ "': capture instance '" ~ instance.name ~ "' is listed twice") }}
+        {%- endif -%}
+        {%- set captured = [] -%}
+        {%- for name in instance.columns -%}
+            {%- if name | lower not in by_name -%}
+                {{ exceptions.raise_compiler_error("tracked table '" ~ table_name ~ "': capture instance '" ~ instance.name ~ "' captures '" ~ name ~ "', which is not among the table's columns (" ~ (by_name.keys() | list | join(', ')) ~ ")") }}
+            {%- endif -%}
+            {%- set c = by_name[name | lower] -%}
+            {%- do captured.append({'name': c.name, 'type': c.type, 'ordinal': loop.index}) -%}
+        {%- endfor -%}
+        {%- for key in raw.key if key | lower not in instance.columns | map('lower') | list -%}
+            {{ exceptions.raise_compiler_error("tracked table '" ~ table_name ~ "': capture instance '" ~ instance.name ~ "' does not capture key column '" ~ key ~ "'") }}
+        {%- endfor -%}
+        {%- if instance.get('dropped', false) not in (true, false) -%}
+            {{ exceptions.raise_compiler_error("tracked table '" ~ table_name ~ "': capture instance '" ~ instance.name ~ "': dropped must be true or false; got " ~ instance.dropped) }}
+        {%- endif -%}
+        {%- do instances.append({'name': instance.name, 'columns': captured, 'dropped': instance.get('dropped', false)}) -%}
+    {%- endfor -%}
+    {{ return(instances) }}
 {%- endmacro %}
 
 {#- The Debezium connector options that decide how a table's values are encoded when its events

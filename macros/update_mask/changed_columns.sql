@@ -5,7 +5,7 @@
 {%- endmacro %}
 
 {% macro default__changed_columns(mask, capture_instance) -%}
-    {{ return(sqlserver_cdc._changed_columns_of(mask, sqlserver_cdc.tracked_table_for_capture_instance(capture_instance).columns)) }}
+    {{ return(sqlserver_cdc._changed_columns_of(mask, sqlserver_cdc._instance_columns(capture_instance))) }}
 {%- endmacro %}
 
 {#- changed_columns over a list of declared columns (name, ordinal), for any channel. -#}

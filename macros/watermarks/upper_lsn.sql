@@ -80,9 +80,9 @@
                 ~ " where status != 'running'").rows[0][0]) -%}
             {%- set required = sqlserver_cdc._export_manifests_required() -%}
             {%- for name, table in var('cdc_tracked_tables', {}).items() if table.get('channel', 'change_tables') == 'change_tables' -%}
-                {%- set instance = (table.get('capture_instance') or '') | lower -%}
-                {%- if (instance in exported or (required and exported)) and (cut.lsn is none or exported.get(instance, '') < cut.lsn) -%}
-                    {%- set cut.lsn = exported.get(instance, '') -%}
+                {%- set reached = sqlserver_cdc._table_exported(sqlserver_cdc.tracked_table(name), exported) -%}
+                {%- if (reached is not none or (required and exported)) and (cut.lsn is none or (reached or '') < cut.lsn) -%}
+                    {%- set cut.lsn = reached or '' -%}
                 {%- endif -%}
             {%- endfor -%}
         {%- endif -%}

@@ -1,16 +1,21 @@
--- Every captured column declared in var cdc_tracked_tables must have the ordinal SQL Server
--- reports in cdc.captured_columns (when that metadata was landed): a wrong ordinal would make
--- every update-mask answer wrong. Fails with the disagreeing columns.
+-- Every captured column of every capture instance declared in var cdc_tracked_tables must have
+-- the ordinal SQL Server reports in cdc.captured_columns (when that metadata was landed): a wrong
+-- ordinal would make every update-mask answer wrong. Fails with the disagreeing columns.
 with
 
 declared as (
     {%- set rows = [] %}
-    {%- for name, table in var('cdc_tracked_tables', {}).items() %}
-    {%- for column in table.columns %}
-    {%- do rows.append("select '" ~ table.capture_instance | lower ~ "' as capture_instance, '"
+    {%- for name, table in var('cdc_tracked_tables', {}).items() if table.get('channel') == 'change_tables' %}
+    {%- for instance in sqlserver_cdc.tracked_table(name).instances %}
+    {%- for column in instance.columns %}
+    {%- do rows.append("select '" ~ instance.name | lower ~ "' as capture_instance, '"
         ~ column.name | lower ~ "' as column_name, " ~ column.ordinal ~ " as declared_ordinal") %}
     {%- endfor %}
     {%- endfor %}
+    {%- endfor %}
+    {%- if not rows %}
+    {%- do rows.append("select cast(null as string) as capture_instance, cast(null as string) as column_name, 0 as declared_ordinal where false") %}
+    {%- endif %}
     {{ rows | join('\n    union all\n    ') }}
 ),
 
