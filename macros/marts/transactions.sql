@@ -121,7 +121,8 @@ transactions as (
 -- the table's snapshot at the window's lower bound (README "Snapshots"): the changes above apply on
 -- top of it; it reconciles what the marts hold
 snapshot as (
-    select {{ columns | join(', ') }}
+    -- distinct: a snapshot landed twice (under another name) counts once
+    select distinct {{ columns | join(', ') }}
     from {{ sqlserver_cdc._staging_ref(t) }}
     where quarantine_reason is null and operation = 'snapshot' and commit_lsn = {{ window.snapshot }}
 ),
