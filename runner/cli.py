@@ -11,7 +11,7 @@ import uuid
 from datetime import datetime, timezone
 from pathlib import Path
 
-from runner import landing, report
+from runner import kafka, landing, report
 from runner.dbt import Dbt
 from runner.errors import EXIT_OK, InfrastructureError, PipelineFailed, RunnerError, UsageError
 from runner.lock import RunnerLock, describe_previous, lock_path
@@ -38,9 +38,14 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--select", nargs="+", default=[], help="dbt selection (default: everything)")
     run.add_argument("--upper-lsn", default=None, help="cap the run's upper LSN (any LSN form)")
     run.add_argument("--strict", action="store_true", help="exit 1 when this batch quarantined rows")
+    run.add_argument("--accept-kafka-gap", nargs="+", default=[], metavar="SOURCE",
+                     help="Kafka sources whose retention gap (or recreated topic) to skip, once a snapshot is landed")
 
     demo = sub.add_parser("demo", help="generate demo landing data (if absent) and run the pipeline")
     common(demo)
+    demo.add_argument("--kafka", default=None, metavar="HOST:PORT",
+                      help="produce the demo's CES and Debezium events to this Kafka broker and read them from there "
+                           "(make kafka-up starts one)")
     audit = sub.add_parser("audit", help="run every data test on whole tables (a normal run checks only its batch)")
     common(audit)
     audit.add_argument("--select", nargs="+", default=[], help="dbt selection of the tests' models (default: everything)")
@@ -90,23 +95,28 @@ def _batch_id() -> str:
 
 def run_pipeline(project_dir: Path, target, landing_dir: Path, *, select: list[str] = (),
                  full_refresh: bool = False, upper_lsn: str | None = None, strict: bool = False,
-                 progress=None) -> list[dict]:
+                 progress=None, kafka_sources: list | None = None, accept_kafka_gap: list[str] = ()) -> list[dict]:
     """Lands, builds and reports one run; returns the summary rows (one per tracked table).
     Two dbt invocations on one parse of the project: `run-operation begin_run` lands the new
     files, decides the window and writes the run ledger's row; `dbt build` applies it, and its
     on-run-end hook closes the row (README "The run ledger"). Every step is SQL sent through dbt,
     so it runs on whatever Spark the target names (for a session target, the caller has created
-    the SparkSession first). Raises PipelineFailed (also when strict and this run's batches
-    quarantined rows)."""
+    the SparkSession first), except landing from Kafka sources (default: the project's), which
+    appends to the raw table from the session before begin_run (runner/kafka.py). Raises
+    PipelineFailed (also when strict and this run's batches quarantined rows, or when a Kafka
+    source stopped at a retention gap)."""
     progress = progress or report.Progress()
     batch_id = _batch_id()
     # constant across incremental runs, so one parse serves them (the window is in the ledger)
     dbt = Dbt(project_dir, target.name, {"cdc_raw_schema": target.raw_schema, "cdc_runner": True,
                                          "cdc_checks": "all" if full_refresh else "batch"})
+    sources = kafka.sources(project_dir) if kafka_sources is None else kafka_sources
+    stopped = _land_kafka(dbt, target, sources, batch_id, accept_kafka_gap, progress) if sources else []
     progress.step(f"landing new files from {landing_dir} (batch {batch_id})")
     begun = dbt.operation("sqlserver_cdc.begin_run", {
         "files": landing.files_to_land(landing_dir), "batch_id": batch_id, "raw_schema": target.raw_schema,
         "upper_lsn": upper_lsn, "force": bool(full_refresh or select), "full_refresh": full_refresh,
+        "stopped": stopped,
     }).get("begin_run")
     if begun is None:
         raise InfrastructureError("begin_run reported nothing: is the project's sqlserver_cdc package current?")
@@ -122,7 +132,7 @@ def run_pipeline(project_dir: Path, target, landing_dir: Path, *, select: list[s
             progress.step(f"window ({channel}): nothing landed yet to apply")
     if begun["status"] == "nothing_to_do":
         progress.step("nothing new landed and every mart is at its upper bound: nothing to build")
-        _refused(refused)
+        _refused(refused, stopped)
         return []
     progress.step("dbt build" + (" --full-refresh" if full_refresh else ""))
     reports: dict[str, object] = {}
@@ -149,13 +159,41 @@ def run_pipeline(project_dir: Path, target, landing_dir: Path, *, select: list[s
             f"{len(failed)} dbt node(s) failed ({'; '.join(failed[:3])}); watermarks of the affected marts were "
             "not advanced: fix the cause and re-run"
         )
-    _refused(refused)
+    _refused(refused, stopped)
     if strict and quarantined:
         raise PipelineFailed("rows were quarantined and --strict is set; inspect cdc_quarantine")
     return summary
 
 
-def _refused(refused: list[str]) -> None:
+def _land_kafka(dbt, target, sources: list, batch_id: str, accept_gap, progress) -> list[str]:
+    """Lands the Kafka sources' new records (before begin_run, which then sees them as landed);
+    returns why sources stopped (retention gaps), each already reported."""
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.getActiveSession()
+    if spark is None:
+        raise UsageError("Kafka sources are read in the runner's own SparkSession: use a session target")
+    dbt.operation("sqlserver_cdc.ensure_raw_table", {"raw_schema": target.raw_schema})
+    progress.step(f"reading {len(sources)} Kafka source(s) up to the partitions' end offsets at this run's start")
+    stopped = []
+    for result in kafka.land(spark, sources, landing.raw_table(target.raw_schema), batch_id, tuple(accept_gap)):
+        read = [p for p in result.partitions if p.start is not None and p.end > p.start]
+        if not result.stopped:
+            progress.step(f"Kafka source {result.source}: {result.records} records from {len(read)} of "
+                          f"{len(result.partitions)} partitions")
+        for note in result.notes:
+            progress.step(f"Kafka source {result.source}: {note}")
+        for reason in result.stopped:
+            progress.step(f"STOPPED {reason}")
+        stopped += result.stopped
+    return stopped
+
+
+def _refused(refused: list[str], stopped: list[str] = ()) -> None:
+    if stopped:
+        raise PipelineFailed(
+            f"{len(stopped)} Kafka partition(s) stopped their source (listed above): it landed nothing, everything "
+            "else was landed and applied. Follow the remedy above, then re-run")
     if refused:
         raise PipelineFailed(
             f"{len(refused)} landing file(s) were refused (listed above) and landed nothing; everything else was "
@@ -184,14 +222,25 @@ def main(argv: list[str] | None = None) -> int:
             landing.discover(_landing_dir(args))  # a missing landing folder is a usage error: fail before Spark
         if args.command in ("run", "demo", "audit"):
             check_model_files(args.project_dir)
+        kafka_sources = kafka.sources(args.project_dir) if args.command in ("run", "demo") else []
+        if args.command == "demo" and args.kafka:
+            from runner import demo_data
+
+            kafka_sources = demo_data.kafka_sources(args.kafka)
+        for source in kafka_sources:  # settings and secrets checked before Spark starts
+            source.client_options()
+        if kafka_sources and target.method != "session":
+            raise UsageError(f"target {target.name} uses method {target.method}: Kafka sources are read in the "
+                             "runner's own SparkSession, so they need a session target (README \"Reading from Kafka "
+                             "and Event Hubs\")")
         with RunnerLock(lock_path(target, args.project_dir), target.name).acquire(args.wait, progress) as held:
             if describe_previous(held):
                 progress.step(describe_previous(held))
             if args.command == "demo" and not (_landing_dir(args) / "change_tables").exists():
-                _generate(args, target, progress, transactions=400, batches=2, seed=7)
+                _generate(args, target, progress, transactions=400, batches=2, seed=7, kafka=args.kafka)
             if args.command != "audit":
                 landing.discover(_landing_dir(args))
-            last_run = _last_run(args, target, held)
+            last_run = _last_run(args, target, held, bool(kafka_sources))
             if last_run:
                 if recorded := last_run.unchanged_since():
                     progress.step(f"nothing new landed since the run that finished at {recorded['finished_at']}, and "
@@ -210,6 +259,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.project_dir, target, _landing_dir(args),
                 select=getattr(args, "select", []), full_refresh=getattr(args, "full_refresh", False),
                 upper_lsn=getattr(args, "upper_lsn", None), strict=getattr(args, "strict", False), progress=progress,
+                kafka_sources=kafka_sources, accept_kafka_gap=getattr(args, "accept_kafka_gap", []),
             )
             if last_run:
                 last_run.remember()
@@ -222,13 +272,14 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
 
 
-def _last_run(args, target, held: RunnerLock) -> LastRun | None:
-    """The record of the last successful plain run, for a plain `run` of a session target (README
+def _last_run(args, target, held: RunnerLock, reads_kafka: bool) -> LastRun | None:
+    """The record of the last successful plain run, for a plain `run` of a session target that
+    reads no Kafka source (only a Kafka client can tell whether a topic has new records; README
     "The runner"). Other runs get None, and delete any record: they may change the marts."""
     if target.method != "session" or args.command == "audit":
         return None
     last_run = LastRun(held.path.with_name("last_run.json"), args.project_dir, _landing_dir(args), target)
-    if args.command == "run" and not (args.full_refresh or args.select or args.upper_lsn):
+    if args.command == "run" and not (args.full_refresh or args.select or args.upper_lsn or reads_kafka):
         return last_run
     last_run.forget()
     return None
@@ -287,7 +338,7 @@ def _bench(args, progress) -> int:
     return EXIT_OK
 
 
-def _generate(args, target, progress, transactions=None, batches=None, seed=None) -> int:
+def _generate(args, target, progress, transactions=None, batches=None, seed=None, kafka=None) -> int:
     from runner import demo_data
 
     landing_dir = _landing_dir(args)
@@ -300,6 +351,7 @@ def _generate(args, target, progress, transactions=None, batches=None, seed=None
         demo_data.generate(
             spark, args.project_dir, landing_dir,
             transactions=transactions or args.transactions, batches=batches or args.batches, seed=seed or args.seed,
+            kafka=kafka,
         )
     finally:
         if not local:

@@ -1,11 +1,14 @@
-"""Delta Lake's jars: resolved once from Maven Central at set-up, then loaded from the project's
-git-ignored jar folder, so a run after set-up needs no network.
+"""The jars the sessions load, Delta Lake's and Spark's Kafka source's, and Apache Kafka's broker
+(for the tests and `make kafka-up`, in `<jar folder>/kafka-broker`): resolved once from Maven
+Central at set-up, then loaded from the project's git-ignored jar folder, so a run after set-up
+needs no network.
 
-The coordinates are the ones Delta's own Python package asks Spark for
+Delta's coordinates are the ones Delta's own Python package asks Spark for
 (`delta.configure_spark_with_delta_pip`: `io.delta:delta-spark_<spark major.minor>_2.13:<version>`);
 Spark's own resolver (Ivy, `spark-submit --packages`) fetches them and their dependencies into
 `<jar folder>/ivy` during `python -m runner.jars` (run by `make` at install, or by the first
-session that finds the folder empty), and the jars are copied flat into the jar folder. Every session, the profile's included, then names only
+session that finds the folder empty), and the jars are copied flat into the jar folder. Every session, the profile's included, then
+names only
 `<jar folder>/*.jar` (`spark.jars`), never a remote package.
 
 `python -m runner.jars` prints what it fetched and its size; it is idempotent.
@@ -44,18 +47,53 @@ def delta_packages() -> str:
     return builder._options["spark.jars.packages"]
 
 
-def resolved() -> bool:
-    folder = jars_dir()
+def kafka_package() -> str:
+    """Spark's Kafka source for the installed pyspark: its own version, or for a line whose
+    newer patch releases Maven Central does not serve whole (their token provider is missing),
+    the newest of the line that resolves (the source's API is stable within a line)."""
+    import pyspark
+
+    version = pyspark.__version__
+    return f"org.apache.spark:spark-sql-kafka-0-10_2.13:{KAFKA_SOURCE_FOR_LINE.get(version.rsplit('.', 1)[0], version)}"
+
+
+KAFKA_SOURCE_FOR_LINE = {"4.1": "4.1.1"}
+# Apache Kafka's broker (KRaft), for the tests and `make kafka-up` only: its jars live in their
+# own folder and run in their own JVM, beside Scala's library from pyspark (Spark's resolver
+# leaves Scala out)
+BROKER_PACKAGE = "org.apache.kafka:kafka_2.13:4.1.1"
+
+
+def spark_packages() -> str:
+    """Every package a session loads: Delta Lake and Spark's Kafka source."""
+    return f"{delta_packages()},{kafka_package()}"
+
+
+def broker_dir() -> Path:
+    return jars_dir() / "kafka-broker"
+
+
+def resolved(folder: Path | None = None, packages: str | None = None) -> bool:
+    folder = folder or jars_dir()
     marker = folder / MARKER
-    return marker.exists() and marker.read_text().strip() == delta_packages() and any(folder.glob("*.jar"))
+    wanted = packages or spark_packages()
+    return marker.exists() and marker.read_text().strip() == wanted and any(folder.glob("*.jar"))
 
 
 def ensure(quiet: bool = False) -> Path:
-    """Fetches Delta's jars into the jar folder unless they are there; returns the folder."""
-    folder = jars_dir()
-    if resolved():
+    """Fetches the sessions' jars (Delta Lake, Kafka source) into the jar folder unless they are
+    there; returns the folder."""
+    return _ensure(jars_dir(), spark_packages(), quiet)
+
+
+def ensure_broker(quiet: bool = False) -> Path:
+    """Fetches Apache Kafka's broker jars into their folder unless they are there."""
+    return _ensure(broker_dir(), BROKER_PACKAGE, quiet)
+
+
+def _ensure(folder: Path, packages: str, quiet: bool) -> Path:
+    if resolved(folder, packages):
         return folder
-    packages = delta_packages()
     folder.mkdir(parents=True, exist_ok=True)
     ivy = folder / "ivy"
     from pyspark.find_spark_home import _find_spark_home
@@ -73,7 +111,7 @@ def ensure(quiet: bool = False) -> Path:
     if done.returncode != 0 or not fetched:
         tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-5:])
         raise InfrastructureError(
-            f"could not fetch Delta Lake's jars ({packages}) from Maven Central: {tail or 'no jar resolved'}")
+            f"could not fetch {packages} from Maven Central: {tail or 'no jar resolved'}")
     for old in folder.glob("*.jar"):
         old.unlink()
     for jar in fetched:
@@ -96,6 +134,7 @@ def jar_list(only: str = "", separator: str = ",") -> str:
 def main() -> int:
     try:
         ensure()
+        ensure_broker()
     except InfrastructureError as exc:
         print(f"FAILED: {exc}", file=sys.stderr)
         return 2

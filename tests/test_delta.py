@@ -24,7 +24,7 @@ def test_sessions_load_delta_from_the_local_jar_folder_only(spark):
     assert listed and all(Path(j).parent == folder and Path(j).is_file() for j in listed), listed
     assert any(Path(j).name.startswith("io.delta_delta-spark_") for j in listed)
     assert conf.get("spark.jars.packages", None) is None and conf.get("spark.jars.repositories", None) is None
-    assert (folder / jars.MARKER).read_text().strip() == jars.delta_packages()
+    assert (folder / jars.MARKER).read_text().strip() == jars.spark_packages()
     # the coordinates are Delta's own for this pyspark line
     import pyspark
 

@@ -182,6 +182,14 @@
         {{ sqlserver_cdc._sql_string(file.entity) }} as entity
 {%- endmacro %}
 
+{#- Used by the runner before it lands from Kafka sources (runner/kafka.py appends to the raw
+    table itself, with the Kafka clients' secrets that never pass through dbt). -#}
+{% macro ensure_raw_table(raw_schema=none) -%}
+    {%- set schema = raw_schema or var('cdc_raw_schema', target.schema ~ '_raw') -%}
+    {% do run_query('create schema if not exists ' ~ schema) %}
+    {% do run_query(sqlserver_cdc._raw_table_ddl(schema ~ '.landed_rows')) %}
+{%- endmacro %}
+
 {#- The raw table: every landed record, partitioned by landing kind and entity; a Delta table
     appended once per landing batch. -#}
 {% macro _raw_table_ddl(raw) -%}
@@ -266,6 +274,6 @@
 {% macro landed_batch_counts(batch_id, raw_schema=none) -%}
     select landing_kind, entity, count(*) as records
     from {{ raw_schema or var('cdc_raw_schema', target.schema ~ '_raw') }}.landed_rows
-    where _batch_id = {{ sqlserver_cdc._sql_string(batch_id) }}
+    where _batch_id = {{ sqlserver_cdc._sql_string(batch_id) }} and landing_kind != 'kafka_offsets'
     group by landing_kind, entity
 {%- endmacro %}

@@ -94,10 +94,11 @@
     upper_lsn (--upper-lsn, any LSN form) replaces it as every channel's bound. An event
     channel's upper batch is the last landing batch holding its events. Without force (the
     runner's --full-refresh or --select), a run that landed nothing and whose marts are all at
-    their bounds is recorded as nothing_to_do. Logs one line, `sqlserver_cdc.begin_run <json>`,
+    their bounds is recorded as nothing_to_do. `stopped`: why Kafka sources landed nothing (the
+    runner landed the others before), recorded with the refused files. Logs one line, `sqlserver_cdc.begin_run <json>`,
     that the runner reads (with seeds_loaded: every seed of the project is in the warehouse, so
     an incremental build can leave them out). -#}
-{% macro begin_run(files, batch_id, raw_schema=none, upper_lsn=none, force=false, full_refresh=false) -%}
+{% macro begin_run(files, batch_id, raw_schema=none, upper_lsn=none, force=false, full_refresh=false, stopped=[]) -%}
     {%- set ledger = sqlserver_cdc.ledger_relation() -%}
     {%- set raw = (raw_schema or var('cdc_raw_schema', target.schema ~ '_raw')) ~ '.landed_rows' -%}
     {% do run_query('create schema if not exists ' ~ ledger.schema) %}
@@ -158,7 +159,7 @@
         {%- set status = 'nothing_to_do' -%}
     {%- endif -%}
     {%- set refused = [] -%}
-    {%- for reason in landing.refused -%}{%- do refused.append(sqlserver_cdc._sql_string(reason)) -%}{%- endfor -%}
+    {%- for reason in landing.refused + stopped -%}{%- do refused.append(sqlserver_cdc._sql_string(reason)) -%}{%- endfor -%}
     {% do run_query('insert into ' ~ ledger ~ ' (run_id, started_at, ended_at, status, full_refresh, since_run_id, landed,'
         ~ ' landed_lsn, upper_lsn, upper_batch, exported_lsn, manifests_from, refused) select ' ~ sqlserver_cdc._sql_string(batch_id) ~ ', current_timestamp(), '
         ~ ('current_timestamp()' if status != 'running' else 'cast(null as timestamp)') ~ ", '" ~ status ~ "', "
