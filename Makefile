@@ -8,7 +8,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint docs bench clean check-java cluster-up cluster-down
+.PHONY: demo demo-kafka test lint docs bench clean check-java cluster-up cluster-down kafka-up kafka-down
 
 check-java:
 	@command -v java >/dev/null 2>&1 || { echo "ERROR: java not found. Spark needs Java 17: install it (e.g. apt-get install openjdk-17-jre-headless) and re-run."; exit 2; }
@@ -44,5 +44,18 @@ cluster-up: check-java $(STAMP)
 cluster-down: $(STAMP)
 	$(PY) -m runner.cluster down
 
+# A local Apache Kafka broker (KRaft, one node, 127.0.0.1:19092 PLAINTEXT, :19093 SASL PLAIN) for
+# demo-kafka and trying Kafka sources: README "Reading from Kafka and Event Hubs". Data in .kafka/.
+kafka-up: check-java $(STAMP)
+	$(PY) -m runner.kafka_broker up
+
+kafka-down: $(STAMP)
+	$(PY) -m runner.kafka_broker down
+
+# The demo with its CES and Debezium events produced to the local broker and read from there
+# (a landing folder of its own: the change-table exports stay files).
+demo-kafka: check-java $(STAMP)
+	$(PY) -m runner demo --kafka 127.0.0.1:$${SQLSERVER_CDC_KAFKA_PORT:-19092} --landing landing-kafka
+
 clean:
-	rm -rf target logs .state landing bench/work
+	rm -rf target logs .state landing landing-kafka bench/work

@@ -226,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "demo" and args.kafka:
             from runner import demo_data
 
-            kafka_sources = demo_data.kafka_sources(args.kafka)
+            kafka_sources = demo_data.kafka_sources(args.kafka, args.project_dir)
         for source in kafka_sources:  # settings and secrets checked before Spark starts
             source.client_options()
         if kafka_sources and target.method != "session":

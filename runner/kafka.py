@@ -21,10 +21,12 @@ Each run, for each source, before the window is fixed (begin_run):
 4. reads every partition's records from its start to its end with Spark's Kafka source in batch
    mode and appends them to the raw table, with one offsets row per partition, in one Delta
    commit: a kill at any instant leaves both or neither, so no record is lost or landed twice.
-A record lands as a file line would: landing kind the channel, entity its topic, row_values the
-record (key, value, topic, partition, offset, timestamp, headers as JSON text), raw_text its
-value, _source_file `kafka:<topic>/<partition>`; staging unwraps the value (CES) or reads it as
-a whole Kafka record (Debezium), so everything after landing is unchanged.
+A record lands as a file line would: landing kind the channel, entity its topic, raw_text its
+value, _source_file `kafka:<topic>/<partition>`; row_values, for CES, the CloudEvent parsed as a
+file line is, plus the record's `kafka.key`, `kafka.topic`, `kafka.partition`, `kafka.offset`,
+`kafka.timestamp` and `kafka.headers` (JSON text); for Debezium the whole Kafka record (key,
+value, topic, partition, offset, timestamp, headers), the form a sink's files have. So staging,
+quarantine and marts are unchanged.
 
 The reads run in the runner's own SparkSession (a session target); the offsets come from a
 Kafka consumer in the same JVM (Spark's Kafka client), with the same options.
@@ -257,6 +259,16 @@ def stored_offsets(spark, raw: str, source: str) -> tuple[bool, dict[tuple[str, 
     return bool(rows), {(r.topic, r.partition): r.next_offset for r in rows if r.topic is not None}
 
 
+def _remedy(source: KafkaSource) -> str:
+    if source.channel == "debezium":
+        snapshot = ("take a snapshot of the source's tables (an ad hoc blocking snapshot, which reconciles the "
+                    "marts: README \"Snapshots\")")
+    else:
+        snapshot = ("CES sends no snapshot, so the affected marts stay without those changes until rebuilt from a "
+                    "source that has them")
+    return f"{snapshot}; then run once with --accept-kafka-gap {source.name}"
+
+
 def plan(source: KafkaSource, started: bool, stored: dict, log_start: dict, end: dict,
          accept_gap: bool) -> SourceLanding:
     """Where each partition starts this run, and the gaps that stop the source."""
@@ -280,14 +292,12 @@ def plan(source: KafkaSource, started: bool, stored: dict, log_start: dict, end:
                 result.stopped.append(
                     f"Kafka source {source.name}: topic {tp[0]} partition {tp[1]}: offsets {p.start}..{p.log_start - 1} "
                     f"({p.log_start - p.start} records) were deleted by retention before they were read (the "
-                    f"partition now starts at {p.log_start}). Those changes are lost to this pipeline: land a "
-                    f"snapshot of the source's tables (README \"Snapshots\"), then run once with "
-                    f"--accept-kafka-gap {source.name}")
+                    f"partition now starts at {p.log_start}). Those changes are lost to this pipeline: "
+                    f"{_remedy(source)}")
         elif p.start > p.end:
             result.stopped.append(
                 f"Kafka source {source.name}: topic {tp[0]} partition {tp[1]}: the stored offset {p.start} is beyond "
-                f"the partition's end {p.end}: the topic was deleted and recreated. Land a snapshot of the source's "
-                f"tables, then run once with --accept-kafka-gap {source.name}")
+                f"the partition's end {p.end}: the topic was deleted and recreated. {_remedy(source)}")
             if accept_gap:
                 result.stopped.pop()
                 p.skipped = (p.end, p.start)

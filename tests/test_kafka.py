@@ -1,0 +1,240 @@
+"""Kafka sources against a real broker (runner/kafka_broker.py: Apache Kafka in KRaft mode on
+127.0.0.1, started per test): the demo's CES events (split, duplicated, shuffled over three
+partitions) and Debezium records (snapshot, tombstones, replays) produced in batches while
+runner processes read them through the SASL listener, one run killed as it lands and the broker
+restarted once, build the marts the same events build from files, with every offset landed
+exactly once and the password nowhere in outputs, logs, artifacts, ledger or warehouse; records
+deleted by retention before they are read stop their source with the missing range; bad
+declarations are refused before Spark starts."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import uuid
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+import yaml
+
+from runner import kafka
+from runner.demo_data import DemoHistory
+from runner.errors import PipelineFailed, UsageError
+from runner.kafka_broker import HOST, Broker, down, up
+from tests.conftest import Pipeline, copy_project
+from tests.test_faults import Warehouse
+
+TABLE_COLUMNS = {"employees": ["Id", "FirstName", "LastName", "SignupDate"],
+                 "products": ["product_id", "product_name", "price", "launched_on", "in_stock"]}
+CURRENT = ["commit_lsn", "commit_time", "operation", "is_deleted"]
+HISTORY = ["valid_from_lsn", "valid_to_lsn", "valid_from", "valid_to", "is_current", "operation", "is_deleted"]
+
+
+def _free_ports(count: int) -> list[int]:
+    with ExitStack() as stack:
+        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for s in sockets:
+            s.bind((HOST, 0))
+        return [s.getsockname()[1] for s in sockets]
+
+
+@pytest.fixture
+def broker(tmp_path_factory, monkeypatch):
+    """A fresh broker (its own folder and ports, outside the test's tmp_path, which is searched
+    for the password), with user cdc's password in the environment."""
+    password = "pw-" + uuid.uuid4().hex
+    monkeypatch.setenv("SQLSERVER_CDC_KAFKA_PASSWORD", password)
+    b = Broker(tmp_path_factory.mktemp("broker"), *_free_ports(3))
+    up(b)
+    try:
+        yield b
+    finally:
+        down(b)
+
+
+def _project(tmp_path: Path, sources: dict, drop: tuple[str, ...]) -> Path:
+    project = copy_project(tmp_path / "project", {}, drop=drop)
+    config = yaml.safe_load((project / "dbt_project.yml").read_text())
+    config["vars"]["cdc_kafka_sources"] = sources
+    (project / "dbt_project.yml").write_text(yaml.safe_dump(config, sort_keys=False))
+    return project
+
+
+def _sasl(channel: str, **topics) -> dict:
+    return {"channel": channel, "bootstrap_servers_env": "TEST_KAFKA_BOOTSTRAP", **topics,
+            "options": {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN"},
+            "secret_options": {"sasl.jaas.config": "TEST_KAFKA_JAAS"}}
+
+
+def _end_offsets(spark, broker: Broker, topics: list[str]) -> dict[tuple[str, int], int]:
+    source = kafka.parse_sources({"probe": {"channel": "ces", "bootstrap_servers": broker.bootstrap, "topics": topics}})[0]
+    consumer = kafka._Consumer(spark, source, source.client_options())
+    try:
+        return consumer.offsets(consumer.partitions(source))[1]
+    finally:
+        consumer.close()
+
+
+def _mart(rows: list[dict], columns: list[str]) -> list[tuple]:
+    return sorted((tuple(r[c] for c in columns) for r in rows), key=repr)
+
+
+def test_kafka_runs_killed_and_across_a_broker_restart_build_the_marts_files_build(spark, tmp_path, broker,
+                                                                                   monkeypatch):
+    password = os.environ["SQLSERVER_CDC_KAFKA_PASSWORD"]
+    monkeypatch.setenv("TEST_KAFKA_BOOTSTRAP", broker.sasl_bootstrap)
+    monkeypatch.setenv("TEST_KAFKA_JAAS", 'org.apache.kafka.common.security.plain.PlainLoginModule required '
+                                          f'username="cdc" password="{password}";')
+    project = _project(tmp_path, {"hub": _sasl("ces", topics=["employees_hub"]),
+                                  "shop": _sasl("debezium", topic_pattern=r"server1\.ShopDb\..*")},
+                       drop=("customers", "order_lines"))
+    (tmp_path / "landing").mkdir()
+    wh = Warehouse(spark, tmp_path / "state", project, tmp_path / "landing")
+    produced = DemoHistory(spark, project, 150, 3, seed=19, kafka=broker.bootstrap)
+    outputs = []
+
+    produced.write(0, wh.landing)
+    outputs.append(wh.run())
+    assert "Kafka source hub:" in outputs[-1] and "Kafka source shop:" in outputs[-1], outputs[-1][-2000:]
+
+    # killed as it lands its Kafka records (data files written; the commit before or after)
+    produced.write(1, wh.landing)
+    files = wh.data_files("landed_rows")
+    outputs.append(wh.kill_when(lambda: wh.data_files("landed_rows") > files, "Kafka landing"))
+    assert "dbt build" not in outputs[-1]
+
+    # the broker restarts; more records arrive after it
+    down(broker)
+    up(broker)
+    produced.write(2, wh.landing)
+    outputs.append(wh.run())
+    outputs.append(wh.run())
+    assert "Kafka source hub: 0 records from 0 of 3 partitions" in outputs[-1]  # nothing new
+
+    # every offset produced landed exactly once, and the stored offsets are the partitions' ends
+    topics = ["employees_hub", "server1.ShopDb.dbo.products"]
+    ends = _end_offsets(spark, broker, topics)
+    assert len(ends) == 6 and all(end > 0 for end in ends.values())
+    landed = spark.sql(f"""
+        select entity as topic, cast(coalesce(row_values['kafka.partition'], row_values['partition']) as int) as p,
+               cast(coalesce(row_values['kafka.offset'], row_values['offset']) as bigint) as o, count(*) as n
+        from delta.`{wh.path('landed_rows')}` where landing_kind in ('ces', 'debezium') group by 1, 2, 3""").collect()
+    assert all(r.n == 1 for r in landed), "a Kafka record landed twice"
+    assert {(r.topic, r.p, r.o) for r in landed} == {(t, p, o) for (t, p), end in ends.items() for o in range(end)}
+    stored = spark.sql(f"""
+        select row_values['topic'] as topic, cast(row_values['partition'] as int) as p,
+               max(cast(row_values['to_offset'] as bigint)) as o
+        from delta.`{wh.path('landed_rows')}` where landing_kind = 'kafka_offsets' group by 1, 2""").collect()
+    assert {(r.topic, r.p): r.o for r in stored} == ends
+    headers = spark.sql(f"select row_values['kafka.timestamp'] as ts from delta.`{wh.path('landed_rows')}` "
+                        "where landing_kind = 'ces' limit 1").collect()
+    assert headers[0].ts.endswith("Z")
+
+    # the same events from files build the same marts
+    files = DemoHistory(spark, project, 150, 3, seed=19)
+    twin = Pipeline(spark, "t_" + uuid.uuid4().hex[:8], tmp_path / "files", project_dir=project)
+    twin.landing.mkdir()
+    for i in range(3):
+        files.write(i, twin.landing)
+    twin.run(kafka_sources=[])
+    for table, columns in TABLE_COLUMNS.items():
+        for mart, extra in (("current", CURRENT), ("history", HISTORY)):
+            from_kafka = _mart(wh.rows(f"{table}_{mart}"), columns + extra)
+            from_files = _mart(twin.rows(f"select * from {{s}}.{table}_{mart}"), columns + extra)
+            assert from_kafka == from_files, f"{table}_{mart} differs between Kafka and file landing"
+            assert len(from_kafka) > 20
+    assert not twin.rows("select * from {s}.cdc_quarantine")
+
+    # the secret never left the environment: runner output, logs, dbt artifacts, ledger, warehouse
+    assert password not in "".join(outputs)
+    assert password not in json.dumps(wh.rows("cdc_runs"), default=str)
+    for path in [*project.rglob("*"), *wh.state.rglob("*")]:
+        if path.is_file():
+            assert password.encode() not in path.read_bytes(), f"the password is in {path}"
+
+
+def test_records_deleted_by_retention_stop_their_source_until_the_gap_is_accepted(spark, tmp_path, broker):
+    project = _project(tmp_path, {"hub": {"channel": "ces", "bootstrap_servers": broker.bootstrap,
+                                          "topics": ["employees_hub"]}},
+                       drop=("customers", "order_lines", "products"))
+    produced = DemoHistory(spark, project, 60, 2, seed=5, kafka=broker.bootstrap)
+    pipeline = Pipeline(spark, "t_" + uuid.uuid4().hex[:8], tmp_path / "landing", project_dir=project)
+    pipeline.landing.mkdir()
+    produced.write(0, pipeline.landing)
+    pipeline.run()
+    stored = _end_offsets(spark, broker, ["employees_hub"])
+
+    # the next records are deleted by retention (the log start moves to the end) before a run
+    produced.write(1, pipeline.landing)
+    ends = _end_offsets(spark, broker, ["employees_hub"])
+    jvm = spark._jvm
+    props = jvm.java.util.Properties()
+    props.setProperty("bootstrap.servers", broker.bootstrap)
+    admin = jvm.org.apache.kafka.clients.admin.AdminClient.create(props)
+    deletions = jvm.java.util.HashMap()
+    for (topic, partition), end in ends.items():
+        deletions.put(jvm.org.apache.kafka.common.TopicPartition(topic, partition),
+                      jvm.org.apache.kafka.clients.admin.RecordsToDelete.beforeOffset(end))
+    admin.deleteRecords(deletions).all().get()
+    admin.close()
+    gapped = sorted(tp for tp in ends if ends[tp] > stored[tp])
+    with pytest.raises(PipelineFailed, match="Kafka partition"):
+        pipeline.run()
+    refused = pipeline.rows("select refused from {s}.cdc_runs order by run_id desc limit 1")[0]["refused"]
+    for topic, partition in gapped:
+        expected = (f"Kafka source hub: topic {topic} partition {partition}: offsets {stored[(topic, partition)]}.."
+                    f"{ends[(topic, partition)] - 1}")
+        assert any(reason.startswith(expected) for reason in refused), refused
+    assert all("--accept-kafka-gap hub" in reason and "CES sends no snapshot" in reason for reason in refused)
+    raw = pipeline.rows("select count(*) as n from {s}_raw.landed_rows where landing_kind = 'ces'")[0]["n"]
+
+    # accepted (the snapshot in hand): the partitions move to their log start, the range recorded
+    pipeline.run(accept_kafka_gap=["hub"])
+    skipped = pipeline.rows("select row_values['topic'] as t, cast(row_values['partition'] as int) as p,"
+                            " row_values['skipped'] as skipped from {s}_raw.landed_rows"
+                            " where landing_kind = 'kafka_offsets' and row_values['skipped'] is not null")
+    assert {(r["t"], r["p"]): r["skipped"] for r in skipped} == {
+        tp: f"{stored[tp]}..{ends[tp] - 1}" for tp in gapped}
+    assert pipeline.rows("select count(*) as n from {s}_raw.landed_rows where landing_kind = 'ces'")[0]["n"] == raw
+    pipeline.run()  # and the next run goes on from there
+
+
+@pytest.mark.parametrize(("spec", "message"), [
+    ({"channel": "cdc", "bootstrap_servers": "h:1", "topics": ["t"]}, "channel must be one of ces, debezium"),
+    ({"channel": "ces", "topics": ["t"]}, "give bootstrap_servers or bootstrap_servers_env"),
+    ({"channel": "ces", "bootstrap_servers": "h:1"}, "give topics (a list) or topic_pattern"),
+    ({"channel": "ces", "bootstrap_servers": "h:1", "topic_pattern": "("}, "is not a regular expression"),
+    ({"channel": "ces", "bootstrap_servers": "h:1", "topics": ["t"], "starting_offsets": "now"},
+     "starting_offsets must be earliest or latest"),
+    ({"channel": "ces", "bootstrap_servers": "h:1", "topics": ["t"],
+      "options": {"sasl.jaas.config": "PlainLoginModule required password=\"x\";"}}, "holds a secret: move it"),
+    ({"channel": "ces", "bootstrap_servers": "h:1", "topics": ["t"], "options": {"ssl.key.password": "x"}},
+     "holds a secret"),
+    ({"channel": "ces", "bootstrap_servers": "h:1", "topics": ["t"], "options": {"group.id": "g"}},
+     "set by the runner"),
+    ({"channel": "ces", "bootstrap_servers": "h:1", "topics": ["t"],
+      "secret_options": {"sasl.jaas.config": "org.apache.kafka...PlainLoginModule"}}, "must name an environment variable"),
+    ({"channel": "ces", "bootstrap_servers": "h:1", "topics": ["t"], "tpoics": ["t"]}, "unknown field(s) tpoics"),
+])
+def test_kafka_source_declarations_are_checked(spec, message):
+    with pytest.raises(UsageError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        kafka.parse_sources({"hub": spec})
+
+
+def test_a_topic_belongs_to_one_source_and_secrets_come_from_the_environment(monkeypatch):
+    with pytest.raises(UsageError, match="both read topic t"):
+        kafka.parse_sources({"a": {"channel": "ces", "bootstrap_servers": "h:1", "topics": ["t"]},
+                             "b": {"channel": "debezium", "bootstrap_servers": "h:1", "topics": ["t"]}})
+    source = kafka.parse_sources({"a": {"channel": "ces", "bootstrap_servers_env": "HUB_SERVERS", "topics": ["t"],
+                                        "secret_options": {"sasl.jaas.config": "HUB_JAAS"}}})[0]
+    monkeypatch.delenv("HUB_SERVERS", raising=False)
+    with pytest.raises(UsageError, match="environment variable HUB_SERVERS"):
+        source.client_options()
+    monkeypatch.setenv("HUB_SERVERS", "h:1")
+    monkeypatch.delenv("HUB_JAAS", raising=False)
+    with pytest.raises(UsageError, match=r"environment variable HUB_JAAS \(secret option sasl.jaas.config\)"):
+        source.client_options()
+    monkeypatch.setenv("HUB_JAAS", "s3cret")
+    assert source.client_options() == {"bootstrap.servers": "h:1", "sasl.jaas.config": "s3cret"}
