@@ -9,7 +9,7 @@ they are passed to the Kafka clients and nowhere else (not to dbt, the ledger or
 
 Each run, for each source, before the window is fixed (begin_run):
 1. lists the source's partitions and their log-start and end offsets, once (the run's end);
-2. starts each partition at its stored offset: the `to_offset` of its last offsets row in the raw
+2. starts each partition at its stored offset: the `to_offset` of its offsets row in the raw
    table (landing kind `kafka_offsets`, entity = the source); a partition without one (new
    partition or topic) at its log start; a source's first run at its log start or, with
    `starting_offsets: latest`, at its end;
@@ -19,8 +19,9 @@ Each run, for each source, before the window is fixed (begin_run):
    topic was recreated); `--accept-kafka-gap <source>` moves such partitions to their log start
    once the remedy (a snapshot) is in hand, recording the skipped range;
 4. reads every partition's records from its start to its end with Spark's Kafka source in batch
-   mode and appends them to the raw table, with one offsets row per partition, in one Delta
-   commit: a kill at any instant leaves both or neither, so no record is lost or landed twice.
+   mode and appends them to the raw table while replacing the source's offsets rows (one per
+   partition), in one Delta commit (INSERT ... REPLACE WHERE): a kill at any instant leaves both
+   or neither, so no record is lost or landed twice.
 A record lands as a file line would: landing kind the channel, entity its topic, raw_text its
 value, _source_file `kafka:<topic>/<partition>`; row_values, for CES, the CloudEvent parsed as a
 file line is, plus the record's `kafka.key`, `kafka.topic`, `kafka.partition`, `kafka.offset`,
@@ -249,7 +250,8 @@ class _Consumer:
 
 def stored_offsets(spark, raw: str, source: str) -> tuple[bool, dict[tuple[str, int], int]]:
     """(started, {(topic, partition): next offset}) from the source's offsets rows in the raw
-    table (its own partition of the table: nothing else is read)."""
+    table: its own partition of the table, one row per Kafka partition (each landing replaces
+    them), so nothing else is read and the read does not grow with the runs."""
     if not spark.catalog.tableExists(raw):
         return False, {}
     rows = spark.sql(
@@ -398,15 +400,30 @@ def _append(spark, source: KafkaSource, options: dict[str, str], result: SourceL
         F.lit(batch_id).alias("_batch_id"), F.current_timestamp().alias("_ingested_at"),
         F.lit(OFFSETS_KIND).alias("landing_kind"), F.lit(source.name).alias("entity")))
     combined = frames[0] if len(frames) == 1 else frames[0].unionByName(frames[1])
-    previous = spark.conf.get("spark.sql.redaction.options.regex", "(?i)url")
-    spark.conf.set("spark.sql.redaction.options.regex", "(?i)url|jaas|password|secret|token")
+    # One Delta commit appends the records and replaces the source's offsets rows, so the stored
+    # offsets stay one row per partition however many runs there were. The secrets are in the
+    # view's plan, never in SQL text; Delta's check that every written row matches REPLACE WHERE
+    # is off for this write (the records belong to other partitions of the table, by design).
+    settings = {"spark.sql.redaction.options.regex": "(?i)url|jaas|password|secret|token",
+                "spark.databricks.delta.replaceWhere.constraintCheck.enabled": "false"}
+    previous = {key: spark.conf.get(key, None) for key in settings}
+    view = f"sqlserver_cdc_kafka_{source.name}"
+    combined.createOrReplaceTempView(view)
     try:
-        combined.write.insertInto(raw)  # one Delta commit: the records and their offsets
+        for key, value in settings.items():
+            spark.conf.set(key, value)
+        spark.sql(f"insert into {raw} replace where landing_kind = '{OFFSETS_KIND}' and entity = '{source.name}' "
+                  f"select * from {view}")
     except Exception as exc:  # py4j wraps Spark's and the Kafka client's exceptions
         raise InfrastructureError(f"Kafka source {source.name}: reading or landing its records failed: "
                                   f"{_java_message(exc)}") from exc
     finally:
-        spark.conf.set("spark.sql.redaction.options.regex", previous)
+        spark.catalog.dropTempView(view)
+        for key, value in previous.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
     # the records landed, from the commit's own metrics (transaction markers take offsets too)
     metrics = spark.sql(f"describe history {raw} limit 1").collect()[0]["operationMetrics"]
     return int(metrics.get("numOutputRows", 0)) - len(offsets)

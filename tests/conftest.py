@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import tempfile
 import uuid
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
@@ -171,6 +173,15 @@ def render(spark):
         return [r.asDict(recursive=True) for r in spark.sql(compile_sql(sql, vars, project_dir)).collect()]
 
     return _render
+
+
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """Ports free on the loopback interface now (for a test's own cluster or broker)."""
+    with ExitStack() as stack:
+        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for s in sockets:
+            s.bind((host, 0))
+        return [s.getsockname()[1] for s in sockets]
 
 
 def copy_project(destination: Path, extra_tables: dict[str, dict], replace: bool = False,

@@ -9,28 +9,19 @@ import csv
 import io
 import json
 import os
-import socket
 import subprocess
 import sys
 import uuid
-from contextlib import ExitStack
 from pathlib import Path
 
 from runner import demo_data, report
-from runner.cluster import HOST, PORTS, Cluster, down, listening, process_tree, up
+from runner.cluster import PORTS, Cluster, down, listening, process_tree, up
 from runner.dbt import Dbt
 from runner.project import tracked_tables
-from tests.conftest import PROJECT_DIR, Pipeline
+from tests.conftest import PROJECT_DIR, Pipeline, free_ports
 
 LOOPBACK = ("127.0.0.1:", "[::ffff:127.0.0.1]:", "[::1]:")
 
-
-def _free_ports(count: int) -> list[int]:
-    with ExitStack() as stack:
-        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
-        for s in sockets:
-            s.bind((HOST, 0))
-        return [s.getsockname()[1] for s in sockets]
 
 
 def _rows(dbt_or_spark, sql: str) -> list[str]:
@@ -77,7 +68,7 @@ def test_cluster_target_builds_the_marts_the_local_session_builds(spark, tmp_pat
     landing = tmp_path / "landing"
     demo_data.generate(spark, PROJECT_DIR, landing, transactions=120, batches=2, seed=19)
     _add_bad_input(landing)
-    cluster = Cluster(tmp_path / "cluster", dict(zip(PORTS, _free_ports(len(PORTS)))))
+    cluster = Cluster(tmp_path / "cluster", dict(zip(PORTS, free_ports(len(PORTS)))))
     started: set[int] = set()
     try:
         up(cluster)

@@ -1,19 +1,19 @@
 """Kafka sources against a real broker (runner/kafka_broker.py: Apache Kafka in KRaft mode on
 127.0.0.1, started per test): the demo's CES events (split, duplicated, shuffled over three
-partitions) and Debezium records (snapshot, tombstones, replays) produced in batches while
-runner processes read them through the SASL listener, one run killed as it lands and the broker
+partitions) and Debezium records (snapshot, tombstones, replays) produced in batches, one while a
+run reads, by runner processes reading through the SASL listener, one run killed as it lands and the broker
 restarted once, build the marts the same events build from files, with every offset landed
 exactly once and the password nowhere in outputs, logs, artifacts, ledger or warehouse; records
-deleted by retention before they are read stop their source with the missing range; bad
-declarations are refused before Spark starts."""
+deleted by retention before they are read stop their source with the missing range until the
+gap is accepted, and a partition added later is read from its start; bad declarations are
+refused before Spark starts."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
-import socket
 import uuid
-from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
@@ -22,8 +22,9 @@ import yaml
 from runner import kafka
 from runner.demo_data import DemoHistory
 from runner.errors import PipelineFailed, UsageError
-from runner.kafka_broker import HOST, Broker, down, up
-from tests.conftest import Pipeline, copy_project
+from runner.kafka_broker import Broker, down, produce, up
+from runner.report import Progress
+from tests.conftest import Pipeline, copy_project, free_ports
 from tests.test_faults import Warehouse
 
 TABLE_COLUMNS = {"employees": ["Id", "FirstName", "LastName", "SignupDate"],
@@ -32,13 +33,6 @@ CURRENT = ["commit_lsn", "commit_time", "operation", "is_deleted"]
 HISTORY = ["valid_from_lsn", "valid_to_lsn", "valid_from", "valid_to", "is_current", "operation", "is_deleted"]
 
 
-def _free_ports(count: int) -> list[int]:
-    with ExitStack() as stack:
-        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
-        for s in sockets:
-            s.bind((HOST, 0))
-        return [s.getsockname()[1] for s in sockets]
-
 
 @pytest.fixture
 def broker(tmp_path_factory, monkeypatch):
@@ -46,7 +40,7 @@ def broker(tmp_path_factory, monkeypatch):
     for the password), with user cdc's password in the environment."""
     password = "pw-" + uuid.uuid4().hex
     monkeypatch.setenv("SQLSERVER_CDC_KAFKA_PASSWORD", password)
-    b = Broker(tmp_path_factory.mktemp("broker"), *_free_ports(3))
+    b = Broker(tmp_path_factory.mktemp("broker"), *free_ports(3))
     up(b)
     try:
         yield b
@@ -95,12 +89,21 @@ def test_kafka_runs_killed_and_across_a_broker_restart_build_the_marts_files_bui
     produced = DemoHistory(spark, project, 150, 3, seed=19, kafka=broker.bootstrap)
     outputs = []
 
+    # the next batch is produced while the first run builds, after it read up to the ends it found
     produced.write(0, wh.landing)
-    outputs.append(wh.run())
+    run = wh.start()
+    lines = []
+    for line in run.stdout:
+        lines.append(line)
+        if "Kafka source shop:" in line:
+            break
+    produced.write(1, wh.landing)
+    outputs.append("".join(lines) + run.communicate(timeout=600)[0])
+    assert run.returncode == 0, outputs[-1][-3000:]
+    assert "dbt build" in outputs[-1]
     assert "Kafka source hub:" in outputs[-1] and "Kafka source shop:" in outputs[-1], outputs[-1][-2000:]
 
     # killed as it lands its Kafka records (data files written; the commit before or after)
-    produced.write(1, wh.landing)
     files = wh.data_files("landed_rows")
     outputs.append(wh.kill_when(lambda: wh.data_files("landed_rows") > files, "Kafka landing"))
     assert "dbt build" not in outputs[-1]
@@ -128,6 +131,9 @@ def test_kafka_runs_killed_and_across_a_broker_restart_build_the_marts_files_bui
                max(cast(row_values['to_offset'] as bigint)) as o
         from delta.`{wh.path('landed_rows')}` where landing_kind = 'kafka_offsets' group by 1, 2""").collect()
     assert {(r.topic, r.p): r.o for r in stored} == ends
+    # replaced by each landing, not appended: one offsets row per partition
+    assert spark.sql(f"select count(*) as n from delta.`{wh.path('landed_rows')}` "
+                     "where landing_kind = 'kafka_offsets'").collect()[0].n == len(ends)
     headers = spark.sql(f"select row_values['kafka.timestamp'] as ts from delta.`{wh.path('landed_rows')}` "
                         "where landing_kind = 'ces' limit 1").collect()
     assert headers[0].ts.endswith("Z")
@@ -198,7 +204,21 @@ def test_records_deleted_by_retention_stop_their_source_until_the_gap_is_accepte
     assert {(r["t"], r["p"]): r["skipped"] for r in skipped} == {
         tp: f"{stored[tp]}..{ends[tp] - 1}" for tp in gapped}
     assert pipeline.rows("select count(*) as n from {s}_raw.landed_rows where landing_kind = 'ces'")[0]["n"] == raw
-    pipeline.run()  # and the next run goes on from there
+
+    # a partition added to the topic is read from its log start (an event delivered again there
+    # is a duplicate to staging)
+    admin = jvm.org.apache.kafka.clients.admin.AdminClient.create(props)
+    increase = jvm.java.util.HashMap()
+    increase.put("employees_hub", jvm.org.apache.kafka.clients.admin.NewPartitions.increaseTo(4))
+    admin.createPartitions(increase).all().get()
+    admin.close()
+    again = pipeline.rows("select raw_text from {s}_raw.landed_rows where landing_kind = 'ces' limit 2")
+    produce(spark, broker.bootstrap, [{"topic": "employees_hub", "partition": 3, "value": r["raw_text"]} for r in again])
+    printed = io.StringIO()
+    pipeline.run(progress=Progress(printed))
+    assert "Kafka source hub: new partition employees_hub/3: read from its log start 0" in printed.getvalue()
+    assert pipeline.rows("select count(*) as n from {s}_raw.landed_rows where landing_kind = 'ces'"
+                         " and _source_file = 'kafka:employees_hub/3'")[0]["n"] == 2
 
 
 @pytest.mark.parametrize(("spec", "message"), [
