@@ -112,9 +112,14 @@ def run_pipeline(project_dir: Path, target, landing_dir: Path, *, select: list[s
                                          "cdc_checks": "all" if full_refresh else "batch"})
     sources = kafka.sources(project_dir) if kafka_sources is None else kafka_sources
     stopped = _land_kafka(dbt, target, sources, batch_id, accept_kafka_gap, progress) if sources else []
-    progress.step(f"landing new files from {landing_dir} (batch {batch_id})")
+    if sources and not landing_dir.exists():  # a project fed by Kafka alone needs no landing folder
+        files = []
+        progress.step(f"no landing folder {landing_dir}: no files to land (batch {batch_id})")
+    else:
+        files = landing.files_to_land(landing_dir)
+        progress.step(f"landing new files from {landing_dir} (batch {batch_id})")
     begun = dbt.operation("sqlserver_cdc.begin_run", {
-        "files": landing.files_to_land(landing_dir), "batch_id": batch_id, "raw_schema": target.raw_schema,
+        "files": files, "batch_id": batch_id, "raw_schema": target.raw_schema,
         "upper_lsn": upper_lsn, "force": bool(full_refresh or select), "full_refresh": full_refresh,
         "stopped": stopped,
     }).get("begin_run")
@@ -218,11 +223,11 @@ def main(argv: list[str] | None = None) -> int:
         target = load_target(args.project_dir, args.target)
         if args.command == "generate":
             return _generate(args, target, progress)
-        if args.command == "run":
+        kafka_sources = kafka.sources(args.project_dir) if args.command in ("run", "demo") else []
+        if args.command == "run" and not kafka_sources:
             landing.discover(_landing_dir(args))  # a missing landing folder is a usage error: fail before Spark
         if args.command in ("run", "demo", "audit"):
             check_model_files(args.project_dir)
-        kafka_sources = kafka.sources(args.project_dir) if args.command in ("run", "demo") else []
         if args.command == "demo" and args.kafka:
             from runner import demo_data
 
@@ -238,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
                 progress.step(describe_previous(held))
             if args.command == "demo" and not (_landing_dir(args) / "change_tables").exists():
                 _generate(args, target, progress, transactions=400, batches=2, seed=7, kafka=args.kafka)
-            if args.command != "audit":
+            if args.command != "audit" and not (kafka_sources and not _landing_dir(args).exists()):
                 landing.discover(_landing_dir(args))
             last_run = _last_run(args, target, held, bool(kafka_sources))
             if last_run:

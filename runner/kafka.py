@@ -184,6 +184,7 @@ class Partition:
     start: int | None = None  # where this run reads from (None: not read)
     new: bool = False
     skipped: tuple[int, int] | None = None  # an accepted gap: [from, to) never read
+    reset_from: int | None = None  # an accepted recreated topic: the stored offset left behind
 
 
 @dataclass
@@ -302,9 +303,9 @@ def plan(source: KafkaSource, started: bool, stored: dict, log_start: dict, end:
                 f"the partition's end {p.end}: the topic was deleted and recreated. {_remedy(source)}")
             if accept_gap:
                 result.stopped.pop()
-                p.skipped = (p.end, p.start)
-                p.start = p.log_start
-                result.notes.append(f"recreated partition accepted: {tp[0]}/{tp[1]} read from its log start {p.log_start}")
+                p.reset_from, p.start = p.start, p.log_start
+                result.notes.append(f"recreated partition accepted: {tp[0]}/{tp[1]} (stored offset {p.reset_from}) "
+                                    f"read from its log start {p.log_start}")
         result.partitions.append(p)
     for tp in sorted(set(stored) - set(end)):
         result.notes.append(f"partition {tp[0]}/{tp[1]} (stored offset {stored[tp]}) no longer exists in Kafka")
@@ -334,7 +335,7 @@ def land(spark, sources_: list[KafkaSource], raw: str, batch_id: str, accept_gap
         results.append(result)
         if result.stopped:
             continue
-        if started and all(p.start == p.end and not p.skipped for p in result.partitions):
+        if started and all(p.start == p.end and not p.skipped and p.reset_from is None for p in result.partitions):
             continue  # nothing new: no commit
         result.records = _append(spark, source, options, result, raw, batch_id)
     return results
@@ -387,7 +388,8 @@ def _append(spark, source: KafkaSource, options: dict[str, str], result: SourceL
             F.col("topic").alias("entity")))
     offsets = [{"source": source.name, "topic": p.topic, "partition": str(p.partition), "from_offset": str(p.start),
                 "to_offset": str(p.end), "log_start_offset": str(p.log_start),
-                **({"skipped": f"{p.skipped[0]}..{p.skipped[1] - 1}"} if p.skipped else {})}
+                **({"skipped": f"{p.skipped[0]}..{p.skipped[1] - 1}"} if p.skipped else {}),
+                **({"reset_from": str(p.reset_from)} if p.reset_from is not None else {})}
                for p in result.partitions]
     if not offsets:  # a first run that found no partition yet: the source has started all the same
         offsets = [{"source": source.name, "topic": None, "partition": None}]

@@ -3,6 +3,7 @@ before Spark starts."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -96,3 +97,35 @@ def test_a_run_is_skipped_only_when_landing_warehouse_project_and_target_are_as_
     assert last_run(other).unchanged_since() is None
     last_run().forget()
     assert last_run().unchanged_since() is None
+
+
+def test_kafka_sources_are_checked_before_spark(tmp_path):
+    """A bad source, an unset secret variable or a server target stops the runner (exit 2) before
+    Spark, and a project fed by Kafka alone needs no landing folder to get that far."""
+    import yaml
+
+    from tests.conftest import copy_project
+
+    project = copy_project(tmp_path / "project", {}, drop=("customers", "order_lines"))
+    config_path = project / "dbt_project.yml"
+    config = yaml.safe_load(config_path.read_text())
+
+    def run_with(source: dict, *args: str, env: dict | None = None) -> str:
+        config["vars"]["cdc_kafka_sources"] = {"hub": source}
+        config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+        result = subprocess.run([sys.executable, "-m", "runner", "run", "--project-dir", str(project), "--landing",
+                                 str(tmp_path / "no_landing"), *args], cwd=PROJECT_DIR, capture_output=True, text=True,
+                                timeout=120, check=False, env={**os.environ, **(env or {})})
+        assert result.returncode == 2, result.stdout[-2000:]
+        assert "starting Spark" not in result.stdout
+        return result.stdout.strip().splitlines()[-1]
+
+    base = {"channel": "ces", "bootstrap_servers": "127.0.0.1:1", "topics": ["employees_hub"]}
+    assert "option sasl.jaas.config holds a secret: move it to secret_options" in run_with(
+        {**base, "options": {"sasl.jaas.config": "x"}})
+    unset = "SQLSERVER_CDC_TEST_UNSET_JAAS"
+    assert f"environment variable {unset} (secret option sasl.jaas.config) is not set" in run_with(
+        {**base, "secret_options": {"sasl.jaas.config": unset}})
+    assert "Kafka sources are read in the runner's own SparkSession, so they need a session target" in run_with(
+        {**base, "secret_options": {"sasl.jaas.config": "TEST_JAAS"}}, "--target", "cluster",
+        env={"TEST_JAAS": "not-a-secret-value"})

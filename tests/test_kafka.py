@@ -166,8 +166,8 @@ def test_records_deleted_by_retention_stop_their_source_until_the_gap_is_accepte
                                           "topics": ["employees_hub"]}},
                        drop=("customers", "order_lines", "products"))
     produced = DemoHistory(spark, project, 60, 2, seed=5, kafka=broker.bootstrap)
-    pipeline = Pipeline(spark, "t_" + uuid.uuid4().hex[:8], tmp_path / "landing", project_dir=project)
-    pipeline.landing.mkdir()
+    # fed by Kafka alone: no landing folder at all
+    pipeline = Pipeline(spark, "t_" + uuid.uuid4().hex[:8], tmp_path / "no_landing", project_dir=project)
     produced.write(0, pipeline.landing)
     pipeline.run()
     stored = _end_offsets(spark, broker, ["employees_hub"])
@@ -258,3 +258,36 @@ def test_a_topic_belongs_to_one_source_and_secrets_come_from_the_environment(mon
         source.client_options()
     monkeypatch.setenv("HUB_JAAS", "s3cret")
     assert source.client_options() == {"bootstrap.servers": "h:1", "sasl.jaas.config": "s3cret"}
+
+
+def _plan(starting="earliest", started=True, stored=None, log_start=None, end=None, accept=False):
+    source = kafka.parse_sources({"hub": {"channel": "debezium", "bootstrap_servers": "h:1", "topics": ["t"],
+                                         "starting_offsets": starting}})[0]
+    return kafka.plan(source, started, stored or {}, log_start or {}, end or {}, accept)
+
+
+def test_each_partition_starts_where_its_stored_offset_says():
+    t0, t1 = ("t", 0), ("t", 1)
+    first = _plan(started=False, log_start={t0: 5, t1: 0}, end={t0: 9, t1: 3})
+    assert [(p.start, p.end) for p in first.partitions] == [(5, 9), (0, 3)] and not first.stopped
+    latest = _plan("latest", started=False, log_start={t0: 5, t1: 0}, end={t0: 9, t1: 3})
+    assert [(p.start, p.end) for p in latest.partitions] == [(9, 9), (3, 3)]
+    # a partition seen for the first time after the first run starts at its log start, even with latest
+    grown = _plan("latest", stored={t0: 7}, log_start={t0: 5, t1: 2}, end={t0: 9, t1: 4})
+    assert [(p.start, p.new) for p in grown.partitions] == [(7, False), (2, True)]
+    assert grown.notes == ["new partition t/1: read from its log start 2"]
+    # below the log start: stopped, naming the range; accepted: read from the log start, range kept
+    gap = _plan(stored={t0: 3, t1: 1}, log_start={t0: 5, t1: 0}, end={t0: 9, t1: 3})
+    assert len(gap.stopped) == 1 and gap.stopped[0].startswith(
+        "Kafka source hub: topic t partition 0: offsets 3..4 (2 records) were deleted by retention")
+    assert "ad hoc blocking snapshot" in gap.stopped[0] and "--accept-kafka-gap hub" in gap.stopped[0]
+    accepted = _plan(stored={t0: 3, t1: 1}, log_start={t0: 5, t1: 0}, end={t0: 9, t1: 3}, accept=True)
+    assert not accepted.stopped and [(p.start, p.skipped) for p in accepted.partitions] == [(5, (3, 4 + 1)), (1, None)]
+    # beyond the end: the topic was recreated
+    recreated = _plan(stored={t0: 50}, log_start={t0: 0}, end={t0: 9})
+    assert "beyond the partition's end 9: the topic was deleted and recreated" in recreated.stopped[0]
+    reset = _plan(stored={t0: 50}, log_start={t0: 0}, end={t0: 9}, accept=True)
+    assert not reset.stopped and (reset.partitions[0].start, reset.partitions[0].reset_from) == (0, 50)
+    # a stored partition Kafka no longer has is reported, not read
+    gone = _plan(stored={t0: 3, t1: 1}, log_start={t0: 0}, end={t0: 3})
+    assert gone.notes == ["partition t/1 (stored offset 1) no longer exists in Kafka"]
