@@ -21,14 +21,14 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: check-java $(STAMP)
-	$(PY) -m runner demo
+	$(PY) -m cdc_tooling demo
 
 lint: $(STAMP)
-	$(PY) -m ruff check runner tests
+	$(PY) -m ruff check runner cdc_simulator cdc_tooling tests
 	$(VENV)/bin/sqlfluff lint models
 
 bench: check-java $(STAMP)
-	$(PY) -m runner bench $(BENCH_ARGS)
+	$(PY) -m cdc_tooling bench $(BENCH_ARGS)
 
 docs: check-java $(STAMP)
 	$(VENV)/bin/dbt docs generate --profiles-dir . --project-dir . --quiet
@@ -39,23 +39,23 @@ test: check-java $(STAMP) lint
 # A local Spark standalone cluster (master, two workers, Thrift server on 127.0.0.1) for the
 # `cluster` target: README "Running on a cluster". State and logs in .cluster/.
 cluster-up: check-java $(STAMP)
-	$(PY) -m runner.cluster up
+	$(PY) -m cdc_tooling.cluster up
 
 cluster-down: $(STAMP)
-	$(PY) -m runner.cluster down
+	$(PY) -m cdc_tooling.cluster down
 
 # A local Apache Kafka broker (KRaft, one node, 127.0.0.1:19092 PLAINTEXT, :19093 SASL PLAIN) for
 # demo-kafka and trying Kafka sources: README "Reading from Kafka and Event Hubs". Data in .kafka/.
 kafka-up: check-java $(STAMP)
-	$(PY) -m runner.kafka_broker up
+	$(PY) -m cdc_tooling.kafka_broker up
 
 kafka-down: $(STAMP)
-	$(PY) -m runner.kafka_broker down
+	$(PY) -m cdc_tooling.kafka_broker down
 
 # The demo with its CES and Debezium events produced to the local broker and read from there
 # (a landing folder of its own: the change-table exports stay files).
 demo-kafka: check-java $(STAMP)
-	$(PY) -m runner demo --kafka 127.0.0.1:$${SQLSERVER_CDC_KAFKA_PORT:-19092} --landing landing-kafka
+	$(PY) -m cdc_tooling demo --kafka 127.0.0.1:$${SQLSERVER_CDC_KAFKA_PORT:-19092} --landing landing-kafka
 
 clean:
 	rm -rf target logs .state landing landing-kafka bench/work

@@ -1,4 +1,5 @@
-"""`python -m runner`: run the pipeline, the demo, or generate demo landing data.
+"""`python -m runner`: run the pipeline, audit the tables, or scaffold declarations (the demo, the
+data generator and the benchmark are `python -m cdc_tooling`).
 
 Exit codes: 0 success; 1 a model or test failed (or rows were quarantined with --strict);
 2 usage, configuration or infrastructure error. The last line says what failed and what to do.
@@ -41,15 +42,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--accept-kafka-gap", nargs="+", default=[], metavar="SOURCE",
                      help="Kafka sources whose retention gap (or recreated topic) to skip, once a snapshot is landed")
 
-    demo = sub.add_parser("demo", help="generate demo landing data (if absent) and run the pipeline")
-    common(demo)
-    demo.add_argument("--kafka", default=None, metavar="HOST:PORT",
-                      help="produce the demo's CES and Debezium events to this Kafka broker and read them from there "
-                           "(make kafka-up starts one)")
     audit = sub.add_parser("audit", help="run every data test on whole tables (a normal run checks only its batch)")
     common(audit)
     audit.add_argument("--select", nargs="+", default=[], help="dbt selection of the tests' models (default: everything)")
-    for p in (run, demo, audit):
+    for p in (run, audit):
         p.add_argument("--wait", type=float, default=0, metavar="SECONDS",
                        help="when another runner holds the warehouse, wait up to SECONDS for it (default: exit 2 at once)")
 
@@ -60,32 +56,6 @@ def _parser() -> argparse.ArgumentParser:
     scaffold.add_argument("--key", nargs="+", default=[], metavar="TABLE=COLUMN[,COLUMN]",
                           help="the key of a table whose metadata does not give it")
 
-    gen = sub.add_parser("generate", help="write simulated landing data for the tracked tables")
-    common(gen)
-    gen.add_argument("--transactions", type=int, default=400)
-    gen.add_argument("--batches", type=int, default=2)
-    gen.add_argument("--seed", type=int, default=7)
-
-    from runner.bench import BenchConfig
-
-    defaults = BenchConfig()
-    bench = sub.add_parser("bench", help="measure initial, incremental, full-refresh and no-op runs against the copy floor "
-                                          "and a plain PySpark recompute of the same marts")
-    bench.add_argument("--project-dir", type=Path, default=PROJECT_DIR, help="the dbt project (default: this one)")
-    bench.add_argument("--changes", type=int, default=defaults.changes, help="changes in the initial load (all tables)")
-    bench.add_argument("--keys", type=int, default=defaults.keys, help="keys (all tables)")
-    bench.add_argument("--tables", type=int, default=defaults.tables)
-    bench.add_argument("--columns", type=int, default=defaults.columns, help="non-key columns per table")
-    bench.add_argument("--width", type=int, default=defaults.width, help="width of the nvarchar columns")
-    bench.add_argument("--rows-per-transaction", type=int, default=defaults.rows_per_transaction,
-                       help="changes per table per transaction")
-    bench.add_argument("--batch-fraction", type=float, default=defaults.batch_fraction,
-                       help="incremental batch size as a fraction of the initial load")
-    bench.add_argument("--state-factor", type=int, default=defaults.state_factor,
-                       help="how many times larger the second state is")
-    bench.add_argument("--seed", type=int, default=defaults.seed)
-    bench.add_argument("--work-dir", type=Path, default=PROJECT_DIR / "bench/work", help="scratch folder (wiped)")
-    bench.add_argument("--results-dir", type=Path, default=PROJECT_DIR / "bench/results")
     return parser
 
 
@@ -211,27 +181,20 @@ def _landing_dir(args) -> Path:
     return (args.landing or args.project_dir / "landing").resolve()
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, kafka_sources: list | None = None) -> int:
+    """The command line; `kafka_sources` replaces the project's (the demo's, cdc_tooling)."""
     args = _parser().parse_args(argv)
     progress = report.Progress()
     try:
         args.project_dir = args.project_dir.resolve()
-        if args.command == "bench":
-            return _bench(args, progress)
         if args.command == "scaffold":
             return _scaffold(args, progress)
         target = load_target(args.project_dir, args.target)
-        if args.command == "generate":
-            return _generate(args, target, progress)
-        kafka_sources = kafka.sources(args.project_dir) if args.command in ("run", "demo") else []
+        if kafka_sources is None:
+            kafka_sources = kafka.sources(args.project_dir) if args.command == "run" else []
         if args.command == "run" and not kafka_sources:
             landing.discover(_landing_dir(args))  # a missing landing folder is a usage error: fail before Spark
-        if args.command in ("run", "demo", "audit"):
-            check_model_files(args.project_dir)
-        if args.command == "demo" and args.kafka:
-            from runner import demo_data
-
-            kafka_sources = demo_data.kafka_sources(args.kafka, args.project_dir)
+        check_model_files(args.project_dir)
         for source in kafka_sources:  # settings and secrets checked before Spark starts
             source.client_options()
         if kafka_sources and target.method != "session":
@@ -241,8 +204,6 @@ def main(argv: list[str] | None = None) -> int:
         with RunnerLock(lock_path(target, args.project_dir), target.name).acquire(args.wait, progress) as held:
             if describe_previous(held):
                 progress.step(describe_previous(held))
-            if args.command == "demo" and not (_landing_dir(args) / "change_tables").exists():
-                _generate(args, target, progress, transactions=400, batches=2, seed=7, kafka=args.kafka)
             if args.command != "audit" and not (kafka_sources and not _landing_dir(args).exists()):
                 landing.discover(_landing_dir(args))
             last_run = _last_run(args, target, held, bool(kafka_sources))
@@ -268,8 +229,6 @@ def main(argv: list[str] | None = None) -> int:
             )
             if last_run:
                 last_run.remember()
-        if args.command == "demo":
-            progress.step("demo done: query the marts, e.g. `select * from cdc.customers_current`")
         progress.step("OK")
         return EXIT_OK
     except RunnerError as exc:
@@ -326,40 +285,3 @@ def _scaffold(args, progress) -> int:
         raise PipelineFailed("some tables were not scaffolded (see above): land the missing metadata or pass --key")
     progress.step("OK: review the changes (git diff), then run the pipeline")
     return EXIT_OK
-
-
-def _bench(args, progress) -> int:
-    from runner import bench
-
-    cfg = bench.BenchConfig(
-        changes=args.changes, keys=args.keys, tables=args.tables, columns=args.columns, width=args.width,
-        rows_per_transaction=args.rows_per_transaction, batch_fraction=args.batch_fraction,
-        state_factor=args.state_factor, seed=args.seed, work_dir=args.work_dir, results_dir=args.results_dir,
-    )
-    result = bench.run_bench(cfg, args.project_dir, progress)
-    bench.print_report(result)
-    path = bench.write_report(result, cfg.results_dir)
-    progress.step(f"bench report written to {path}")
-    return EXIT_OK
-
-
-def _generate(args, target, progress, transactions=None, batches=None, seed=None, kafka=None) -> int:
-    from runner import demo_data
-
-    landing_dir = _landing_dir(args)
-    progress.step(f"writing simulated landing data to {landing_dir}")
-    # Parquet files are written with Spark: the target's session, or for a cluster target a
-    # local one used for nothing else (the pipeline itself then runs on the cluster).
-    local = target.method == "session"
-    spark = create_session(target, args.project_dir) if local else create_file_writer_session()
-    try:
-        demo_data.generate(
-            spark, args.project_dir, landing_dir,
-            transactions=transactions or args.transactions, batches=batches or args.batches, seed=seed or args.seed,
-            kafka=kafka,
-        )
-    finally:
-        if not local:
-            spark.stop()
-    return EXIT_OK
-

@@ -4,12 +4,34 @@ copies the project with other declarations (the tests and the benchmark use such
 from __future__ import annotations
 
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
 from runner.errors import UsageError
-from runner.simulate import Column, TableSpec
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: str
+    ordinal: int
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    name: str
+    capture_instance: str | None
+    key: tuple[str, ...]
+    columns: tuple[Column, ...]
+    channel: str = "change_tables"
+    # where CES events of the table come from (data.eventsource db, schema, tbl)
+    source: tuple[str | None, str, str] | None = None
+
+    @property
+    def non_key(self) -> list[Column]:
+        return [c for c in self.columns if c.name not in self.key]
 
 
 def tracked_tables(project_dir: Path) -> list[TableSpec]:

@@ -3,7 +3,7 @@ of what the current-state and history marts must contain."""
 
 from __future__ import annotations
 
-from runner.simulate import TableSpec, Transaction, lsn_hex
+from cdc_simulator.simulate import TableSpec, Transaction, lsn_hex
 
 
 def _key(spec: TableSpec, values: dict) -> tuple:

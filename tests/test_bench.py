@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from runner import ces_writer, debezium_writer
-from runner.bench import (
+from cdc_simulator import ces_writer, debezium_writer
+from cdc_tooling.bench import (
     BenchConfig,
     declarations,
     event_folder,

@@ -12,8 +12,9 @@ import uuid
 
 import yaml
 
-from runner import landing_writer, report
-from runner.simulate import ChangeRow, Column, Simulator, TableSpec, Transaction, mask_bytes
+from cdc_simulator import landing_writer
+from cdc_simulator.simulate import ChangeRow, Column, Simulator, TableSpec, Transaction, mask_bytes
+from runner import report
 from tests.conftest import Pipeline, copy_project
 from tests.test_pipeline import _check_marts
 

@@ -14,8 +14,8 @@ from datetime import datetime
 
 import yaml
 
-from runner import ces_writer, landing_writer
-from runner.simulate import Column, Simulator, TableSpec, lsn_hex
+from cdc_simulator import ces_writer, landing_writer
+from cdc_simulator.simulate import Column, Simulator, TableSpec, lsn_hex
 from tests.conftest import (
     FIXTURES,
     PROJECT_DIR,

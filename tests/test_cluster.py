@@ -1,5 +1,5 @@
 """The same project on a Spark cluster: a local standalone cluster (master, two workers and the
-Thrift server, runner/cluster.py) runs the demo through `python -m runner run --target cluster`,
+Thrift server, cdc_tooling/cluster.py) runs the demo through `python -m runner run --target cluster`,
 and every mart equals, row for row, the one the embedded session builds from the same landing
 files. The cluster listens on 127.0.0.1 only and leaves no process behind."""
 
@@ -14,8 +14,9 @@ import sys
 import uuid
 from pathlib import Path
 
-from runner import demo_data, report
-from runner.cluster import PORTS, Cluster, down, listening, process_tree, up
+from cdc_simulator import demo_data
+from cdc_tooling.cluster import PORTS, Cluster, down, listening, process_tree, up
+from runner import report
 from runner.dbt import Dbt
 from runner.project import tracked_tables
 from tests.conftest import PROJECT_DIR, Pipeline, free_ports

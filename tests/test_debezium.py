@@ -14,8 +14,8 @@ from datetime import datetime
 
 import yaml
 
-from runner import debezium_writer, landing_writer
-from runner.simulate import Column, Simulator, TableSpec, lsn_hex, replay
+from cdc_simulator import debezium_writer, landing_writer
+from cdc_simulator.simulate import Column, Simulator, TableSpec, lsn_hex, replay
 from tests.conftest import (
     FIXTURES,
     PROJECT_DIR,

@@ -10,10 +10,11 @@ import uuid
 
 import pytest
 
-from runner import landing, landing_writer, report
+from cdc_simulator import landing_writer
+from cdc_simulator.simulate import Simulator, lsn_hex
+from runner import landing, report
 from runner.dbt import Dbt
 from runner.errors import PipelineFailed
-from runner.simulate import Simulator, lsn_hex
 from tests.conftest import Pipeline, copy_project
 from tests.test_pipeline import FORMATS, TABLES, _check_marts
 

@@ -18,8 +18,8 @@ import threading
 import time
 from pathlib import Path
 
-from runner import landing_writer
-from runner.simulate import Simulator
+from cdc_simulator import landing_writer
+from cdc_simulator.simulate import Simulator
 from tests.conftest import EVENT_TABLES, PROJECT_DIR, copy_project
 from tests.expected import current_state, history
 from tests.test_pipeline import FORMATS

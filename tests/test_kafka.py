@@ -1,4 +1,4 @@
-"""Kafka sources against a real broker (runner/kafka_broker.py: Apache Kafka in KRaft mode on
+"""Kafka sources against a real broker (cdc_tooling/kafka_broker.py: Apache Kafka in KRaft mode on
 127.0.0.1, started per test): the demo's CES events (split, duplicated, shuffled over three
 partitions) and Debezium records (snapshot, tombstones, replays) produced in batches, one while a
 run reads, by runner processes reading through the SASL listener, one run killed as it lands and the broker
@@ -19,10 +19,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from cdc_simulator.demo_data import DemoHistory
+from cdc_simulator.kafka_writer import produce
+from cdc_tooling.kafka_broker import Broker, down, up
 from runner import kafka
-from runner.demo_data import DemoHistory
 from runner.errors import PipelineFailed, UsageError
-from runner.kafka_broker import Broker, down, produce, up
 from runner.report import Progress
 from tests.conftest import Pipeline, copy_project, free_ports
 from tests.test_faults import Warehouse

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from runner.simulate import Column, Simulator, TableSpec, lsn_hex
+from cdc_simulator.simulate import Column, Simulator, TableSpec, lsn_hex
 from tests import reference_cdc
 from tests.conftest import FIXTURES, compile_sql
 

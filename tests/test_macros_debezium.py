@@ -8,7 +8,7 @@ import random
 from datetime import date, datetime, timedelta
 from decimal import Decimal
 
-from runner import debezium_writer
+from cdc_simulator import debezium_writer
 
 
 def _decode(render, cases: list[tuple[str | None, str, int, int]]) -> list[str | None]:

@@ -9,10 +9,10 @@ import copy
 
 import pytest
 
-from runner import landing_writer
+from cdc_simulator import landing_writer
+from cdc_simulator.simulate import Simulator, lsn_hex
 from runner.dbt import Dbt
 from runner.errors import PipelineFailed
-from runner.simulate import Simulator, lsn_hex
 from tests.test_pipeline import FORMATS, NAMES, TABLES, _check_marts, _land
 
 

@@ -7,9 +7,10 @@ import io
 
 import pytest
 
-from runner import landing_writer, report
+from cdc_simulator import landing_writer
+from cdc_simulator.simulate import Simulator, lsn_hex
+from runner import report
 from runner.project import tracked_tables
-from runner.simulate import Simulator, lsn_hex
 from tests.conftest import PROJECT_DIR, last_execution, table_scans
 from tests.expected import current_state, history
 

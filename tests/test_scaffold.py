@@ -8,8 +8,9 @@ import uuid
 
 import yaml
 
-from runner import landing_writer, scaffold
-from runner.simulate import Simulator
+from cdc_simulator import landing_writer
+from cdc_simulator.simulate import Simulator
+from runner import scaffold
 from tests.conftest import EVENT_TABLES, PROJECT_DIR, Pipeline, copy_project
 from tests.test_pipeline import FORMATS, TABLES, _check_marts
 

@@ -10,9 +10,10 @@ import io
 
 import pytest
 
-from runner import landing_writer, report
+from cdc_simulator import landing_writer
+from cdc_simulator.simulate import ChangeRow, Simulator, Transaction, lsn_hex, mask_bytes
+from runner import report
 from runner.errors import PipelineFailed
-from runner.simulate import ChangeRow, Simulator, Transaction, lsn_hex, mask_bytes
 from tests import expected
 from tests.test_pipeline import FORMATS, TABLES, _check_marts
 
@@ -102,7 +103,7 @@ def test_a_debezium_initial_snapshot_then_a_complete_snapshot_reconciles_and_an_
     (connector offsets reset), a new complete snapshot (its rows marked first ... last)
     reconciles: keys it lacks are deleted at its LSN, changed rows get a version, unchanged rows
     nothing. An incremental snapshot (rows marked incremental) never deletes."""
-    from runner import debezium_writer
+    from cdc_simulator import debezium_writer
     from tests.test_debezium import DECLARED_COLUMNS, ITEMS, _pipeline
 
     pipeline = _pipeline(spark, tmp_path, {"items": {

@@ -6,7 +6,7 @@ out of order within a batch, some delivered twice, large messages split into seg
 tables fed through Debezium (products) as a Kafka sink writes them: a snapshot of the first
 transaction's rows, then change events with tombstones, schemas enabled, some events replayed
 a batch later as after a connector restart. With a Kafka broker, the CES and Debezium events go
-to topics instead (`python -m runner demo --kafka HOST:PORT`)."""
+to topics instead (`python -m cdc_tooling demo --kafka HOST:PORT`)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ import json
 import random
 from pathlib import Path
 
-from runner import ces_writer, debezium_writer, kafka_broker, landing_writer
+from cdc_simulator import ces_writer, debezium_writer, kafka_writer, landing_writer
+from cdc_simulator.simulate import Simulator, replay
 from runner.project import tracked_tables
-from runner.simulate import Simulator, replay
 
 DEMO_FORMATS = {"customers": "parquet", "order_lines": "csv"}
 
@@ -91,7 +91,7 @@ class DemoHistory:
                     records.append({"topic": record["topic"], "key": json.dumps(record["key"]),
                                     "value": None if record["value"] is None else json.dumps(record["value"])})
         if kafka is not None and records:
-            kafka_broker.produce(self.spark, kafka, records)
+            kafka_writer.produce(self.spark, kafka, records)
 
 
 def kafka_sources(bootstrap: str, project_dir: Path) -> list:

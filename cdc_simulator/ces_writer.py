@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from runner.simulate import ChangeRow, TableSpec, Transaction, lsn_hex
+from cdc_simulator.simulate import ChangeRow, TableSpec, Transaction, lsn_hex
 
 CES_TYPE = "com.microsoft.SQL.CES.DML.V1"
 OPERATIONS = {1: "DEL", 2: "INS", 4: "UPD"}

@@ -1,4 +1,4 @@
-"""A local Apache Kafka broker for the tests and the Kafka demo: `python -m runner.kafka_broker
+"""A local Apache Kafka broker for the tests and the Kafka demo: `python -m cdc_tooling.kafka_broker
 up|down|status` (make kafka-up / kafka-down).
 
 One node in KRaft mode (broker and controller in one JVM, no ZooKeeper), from Kafka's own jars
@@ -192,20 +192,6 @@ def down(broker: Broker, grace: float = 30) -> None:
     broker.pid_file.unlink(missing_ok=True)
 
 
-def produce(spark, bootstrap: str, records: list[dict], options: dict[str, str] | None = None) -> None:
-    """Produces records ({topic, value, key?, partition?, headers?: {name: text}}) with Spark's
-    Kafka sink, in order per partition (a record without a partition goes where the producer's
-    partitioner puts it: by key, or spread when it has none). For the demo and the tests."""
-    rows = [(r["topic"], r.get("partition"), r.get("key"), r.get("value"),
-             [(k, v.encode()) for k, v in (r.get("headers") or {}).items()] or None) for r in records]
-    frame = spark.createDataFrame(rows, "topic string, partition int, key string, value string, "
-                                        "headers array<struct<key: string, value: binary>>")
-    writer = frame.coalesce(1).write.format("kafka").option("kafka.bootstrap.servers", bootstrap)
-    for key, value in (options or {}).items():
-        writer = writer.option(f"kafka.{key}", value)
-    writer.save()
-
-
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     broker = Broker.from_env()
@@ -221,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
             pid = broker.pid()
             print(f"Kafka broker running (pid {pid}) on {broker.bootstrap}" if pid else "Kafka broker not running")
         else:
-            raise UsageError("usage: python -m runner.kafka_broker up|down|status")
+            raise UsageError("usage: python -m cdc_tooling.kafka_broker up|down|status")
     except RunnerError as exc:
         print(f"FAILED: {exc}", file=sys.stderr)
         return exc.exit_code

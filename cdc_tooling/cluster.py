@@ -1,5 +1,5 @@
 """A local Spark standalone cluster to run the project's `cluster` target against:
-`python -m runner.cluster up|down|status` (make cluster-up / cluster-down).
+`python -m cdc_tooling.cluster up|down|status` (make cluster-up / cluster-down).
 
 From the pip-installed pyspark: one master, two workers (1 core, 1 GiB each) and the Spark
 Thrift server (a Spark application on that master whose driver, 2 GiB, opens the Hive metastore
@@ -300,7 +300,7 @@ def listening(pids: set[int]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if args not in (["up"], ["down"], ["status"]):
-        print("usage: python -m runner.cluster up|down|status", file=sys.stderr)
+        print("usage: python -m cdc_tooling.cluster up|down|status", file=sys.stderr)
         return 2
     try:
         cluster = Cluster.from_env()

@@ -1,4 +1,4 @@
-"""`python -m runner bench`: the measured cost of the pipeline against the cost of copying the same
+"""`python -m cdc_tooling bench`: the measured cost of the pipeline against the cost of copying the same
 data once and of a plain PySpark full recompute, and how an incremental run's cost grows with the
 batch and with the marts.
 
@@ -47,10 +47,11 @@ from pathlib import Path
 
 import yaml
 
-from runner import landing_writer, report
+from cdc_simulator import landing_writer
+from cdc_simulator.simulate import Column, TableSpec
+from runner import report
 from runner.project import copy_project
 from runner.scaffold import mart_checks
-from runner.simulate import Column, TableSpec
 
 BASE_LSN = 0x0000002C_00000300_0000  # the first transaction's begin LSN
 LSN_STEP = 64  # LSNs per transaction: begin, up to 62 change rows, commit

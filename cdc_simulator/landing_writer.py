@@ -12,7 +12,7 @@ from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
 
-from runner.simulate import ChangeRow, TableSpec, Transaction, lsn_hex
+from cdc_simulator.simulate import ChangeRow, TableSpec, Transaction, lsn_hex
 
 CT_META = ("__$start_lsn", "__$end_lsn", "__$seqval", "__$operation", "__$update_mask")
 

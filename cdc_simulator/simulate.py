@@ -12,30 +12,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
 
+from runner.project import Column, TableSpec
+
 LOB_TYPES = ("nvarchar(max)", "varchar(max)", "varbinary(max)")
 OLD_LOB_TYPES = ("text", "ntext", "image")
-
-
-@dataclass(frozen=True)
-class Column:
-    name: str
-    type: str
-    ordinal: int
-
-
-@dataclass(frozen=True)
-class TableSpec:
-    name: str
-    capture_instance: str | None
-    key: tuple[str, ...]
-    columns: tuple[Column, ...]
-    channel: str = "change_tables"
-    # where CES events of the table come from (data.eventsource db, schema, tbl)
-    source: tuple[str | None, str, str] | None = None
-
-    @property
-    def non_key(self) -> list[Column]:
-        return [c for c in self.columns if c.name not in self.key]
 
 
 @dataclass

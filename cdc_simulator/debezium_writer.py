@@ -18,7 +18,7 @@ from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
 
-from runner.simulate import ChangeRow, TableSpec, Transaction, lsn_hex
+from cdc_simulator.simulate import ChangeRow, TableSpec, Transaction, lsn_hex
 
 EPOCH = datetime(1970, 1, 1)
 

@@ -1,0 +1,5 @@
+import sys
+
+from cdc_tooling.cli import main
+
+sys.exit(main())

@@ -1,0 +1,126 @@
+"""`python -m cdc_tooling`: the demo, the simulated-data generator and the benchmark, on top of
+the runner (`python -m runner`), which never imports this package.
+
+Exit codes as the runner's: 0 success; 1 a model or test failed; 2 usage, configuration or
+infrastructure error.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from runner import cli as runner_cli
+from runner import report
+from runner.errors import EXIT_OK, RunnerError
+from runner.profile import load_target
+from runner.session import create_file_writer_session, create_session
+
+PROJECT_DIR = runner_cli.PROJECT_DIR
+
+
+def _parser() -> argparse.ArgumentParser:
+    from cdc_tooling.bench import BenchConfig
+
+    parser = argparse.ArgumentParser(prog="python -m cdc_tooling", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--project-dir", type=Path, default=PROJECT_DIR, help="the dbt project (default: this one)")
+        p.add_argument("--target", default=None, help="profiles.yml target (default: the profile's, 'local')")
+        p.add_argument("--landing", type=Path, default=None, help="landing folder (default: <project>/landing)")
+
+    demo = sub.add_parser("demo", help="generate demo landing data (if absent) and run the pipeline on it")
+    common(demo)
+    demo.add_argument("--kafka", default=None, metavar="HOST:PORT",
+                      help="produce the demo's CES and Debezium events to this Kafka broker and read them from there "
+                           "(make kafka-up starts one)")
+    demo.add_argument("--wait", type=float, default=0, metavar="SECONDS",
+                      help="when another runner holds the warehouse, wait up to SECONDS for it (default: exit 2 at once)")
+    gen = sub.add_parser("generate", help="write simulated landing data for the tracked tables")
+    common(gen)
+    gen.add_argument("--transactions", type=int, default=400)
+    gen.add_argument("--batches", type=int, default=2)
+    gen.add_argument("--seed", type=int, default=7)
+
+    defaults = BenchConfig()
+    bench = sub.add_parser("bench", help="measure initial, incremental, full-refresh and no-op runs against the copy floor "
+                                          "and a plain PySpark recompute of the same marts")
+    bench.add_argument("--project-dir", type=Path, default=PROJECT_DIR, help="the dbt project (default: this one)")
+    bench.add_argument("--changes", type=int, default=defaults.changes, help="changes in the initial load (all tables)")
+    bench.add_argument("--keys", type=int, default=defaults.keys, help="keys (all tables)")
+    bench.add_argument("--tables", type=int, default=defaults.tables)
+    bench.add_argument("--columns", type=int, default=defaults.columns, help="non-key columns per table")
+    bench.add_argument("--width", type=int, default=defaults.width, help="width of the nvarchar columns")
+    bench.add_argument("--rows-per-transaction", type=int, default=defaults.rows_per_transaction,
+                       help="changes per table per transaction")
+    bench.add_argument("--batch-fraction", type=float, default=defaults.batch_fraction,
+                       help="incremental batch size as a fraction of the initial load")
+    bench.add_argument("--state-factor", type=int, default=defaults.state_factor,
+                       help="how many times larger the second state is")
+    bench.add_argument("--seed", type=int, default=defaults.seed)
+    bench.add_argument("--work-dir", type=Path, default=PROJECT_DIR / "bench/work", help="scratch folder (wiped)")
+    bench.add_argument("--results-dir", type=Path, default=PROJECT_DIR / "bench/results")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    progress = report.Progress()
+    try:
+        args.project_dir = args.project_dir.resolve()
+        if args.command == "bench":
+            return _bench(args, progress)
+        target = load_target(args.project_dir, args.target)
+        landing_dir = (args.landing or args.project_dir / "landing").resolve()
+        if args.command == "generate":
+            _generate(args.project_dir, target, landing_dir, progress, args.transactions, args.batches, args.seed)
+            return EXIT_OK
+        # demo: the demo's history (once), then a plain runner run over it
+        if not (landing_dir / "change_tables").exists():
+            _generate(args.project_dir, target, landing_dir, progress, 400, 2, 7, kafka=args.kafka)
+        sources = None
+        if args.kafka:
+            from cdc_simulator import demo_data
+
+            sources = demo_data.kafka_sources(args.kafka, args.project_dir)
+        run = ["run", "--project-dir", str(args.project_dir), "--landing", str(landing_dir), "--wait", str(args.wait)]
+        code = runner_cli.main(run + (["--target", args.target] if args.target else []), kafka_sources=sources)
+        if code == EXIT_OK:
+            progress.step("demo done: query the marts, e.g. `select * from cdc.customers_current`")
+        return code
+    except RunnerError as exc:
+        progress.step(f"FAILED: {exc}")
+        return exc.exit_code
+
+
+def _bench(args, progress) -> int:
+    from cdc_tooling import bench
+
+    cfg = bench.BenchConfig(
+        changes=args.changes, keys=args.keys, tables=args.tables, columns=args.columns, width=args.width,
+        rows_per_transaction=args.rows_per_transaction, batch_fraction=args.batch_fraction,
+        state_factor=args.state_factor, seed=args.seed, work_dir=args.work_dir, results_dir=args.results_dir,
+    )
+    result = bench.run_bench(cfg, args.project_dir, progress)
+    bench.print_report(result)
+    path = bench.write_report(result, cfg.results_dir)
+    progress.step(f"bench report written to {path}")
+    return EXIT_OK
+
+
+def _generate(project_dir: Path, target, landing_dir: Path, progress, transactions: int, batches: int, seed: int,
+              kafka: str | None = None) -> None:
+    from cdc_simulator import demo_data
+
+    progress.step(f"writing simulated landing data to {landing_dir}")
+    # Parquet files are written with Spark: the target's session (the run then reuses it), or
+    # for a cluster target a local one used for nothing else (the pipeline then runs on the cluster).
+    local = target.method == "session"
+    spark = create_session(target, project_dir) if local else create_file_writer_session()
+    try:
+        demo_data.generate(spark, project_dir, landing_dir, transactions=transactions, batches=batches, seed=seed,
+                           kafka=kafka)
+    finally:
+        if not local:
+            spark.stop()

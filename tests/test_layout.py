@@ -1,0 +1,93 @@
+"""The Python packages' import rule: `runner` (the pipeline core users deploy) imports neither
+the simulator (`cdc_simulator`) nor the tooling (`cdc_tooling`), which build on it; no two
+modules import each other, directly or around a longer cycle. Read from the source with `ast`,
+imports inside functions included."""
+
+from __future__ import annotations
+
+import ast
+
+from tests.conftest import PROJECT_DIR
+
+PACKAGES = ("runner", "cdc_simulator", "cdc_tooling")
+CORE = "runner"
+
+
+def _modules() -> dict[str, ast.Module]:
+    found = {}
+    for package in PACKAGES:
+        for path in sorted((PROJECT_DIR / package).glob("*.py")):
+            name = package if path.stem == "__init__" else f"{package}.{path.stem}"
+            found[name] = ast.parse(path.read_text(), filename=str(path))
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the project's modules it imports (`from pkg import mod` counts as pkg.mod)."""
+    modules = _modules()
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, tree in modules.items():
+        for node in ast.walk(tree):
+            targets = []
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                targets = [f"{node.module}.{alias.name}" if f"{node.module}.{alias.name}" in modules else node.module
+                           for alias in node.names]
+            for target in targets:
+                if target.split(".")[0] in PACKAGES and target != name:
+                    graph[name].add(target if target in modules else target.split(".")[0])
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_core_imports_no_tooling_and_no_modules_import_each_other():
+    graph = import_graph()
+    assert {"runner.cli", "runner.kafka", "cdc_simulator.simulate", "cdc_tooling.bench"} <= set(graph)
+    outward = sorted(f"{a} -> {b}" for a, targets in graph.items() if a.split(".")[0] == CORE
+                     for b in targets if b.split(".")[0] != CORE)
+    assert outward == [], "the runner imports the simulator or the tooling"
+    assert _cycles(graph) == [], "modules import each other"
+    # the rule has teeth: the tooling does build on the core
+    assert "runner.cli" in graph["cdc_tooling.bench"] and "runner.project" in graph["cdc_simulator.simulate"]
+
+
+def test_the_checker_sees_cycles_and_function_level_imports():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+    tree = ast.parse("def f():\n    from cdc_tooling import bench\n")
+    assert any(isinstance(n, ast.ImportFrom) and n.module == "cdc_tooling" for n in ast.walk(tree))
