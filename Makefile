@@ -2,7 +2,7 @@
 #   make demo   - create .venv, install, fetch Delta Lake's jars into .jars/ (once, from Maven
 #                 Central), generate demo landing data, run the pipeline, print a summary
 #   make test   - create .venv, install, run linters, dbt docs generate and the whole test suite
-#                 (tests/test_cluster.py starts and stops its own local Spark cluster)
+#                 (tests/tooling/test_cluster.py starts and stops its own local Spark cluster)
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python

@@ -59,7 +59,7 @@ class Pipeline:
 
 
 def _event_tables() -> tuple[str, ...]:
-    """The demo tables fed by CES or Debezium (tests/test_ces.py and tests/test_debezium.py build
+    """The demo tables fed by CES or Debezium (tests/channels/test_ces.py and tests/channels/test_debezium.py build
     them); the change-table tests leave them out, as their empty marts and tests cost each build
     about a third of its time."""
     from runner.project import tracked_tables

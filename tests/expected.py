@@ -3,7 +3,10 @@ of what the current-state and history marts must contain."""
 
 from __future__ import annotations
 
+import sys
+
 from cdc_simulator.simulate import TableSpec, Transaction, lsn_hex
+from tests.scenarios import CHANGE_TABLES
 
 
 def _key(spec: TableSpec, values: dict) -> tuple:
@@ -78,3 +81,41 @@ def history(spec: TableSpec, transactions: list[Transaction], upper: int | None 
                 "operation": op,
             }
     return rows
+
+
+def check_marts(pipeline, sim, upper, history_columns=None, tables=None, transactions=None):
+    """The marts equal the expected marts of `transactions` (default: all of the simulator's)."""
+    transactions = sim.transactions if transactions is None else transactions
+    for spec in tables or CHANGE_TABLES:
+        key_order = ", ".join(spec.key)
+        expected = current_state(spec, transactions, upper)
+        got = pipeline.table(f"{spec.name}_current", key_order)
+        got_by_key = {tuple(r[k] for k in spec.key): r for r in got}
+        assert set(got_by_key) == set(expected), f"{spec.name}_current keys differ"
+        for key, want in expected.items():
+            row = got_by_key[key]
+            for column, value in want.items():
+                assert row[column] == value, f"{spec.name}_current {key} {column}: {row[column]!r} != {value!r}"
+            assert row["is_deleted"] is False
+        expected_h = history(spec, transactions, upper, (history_columns or {}).get(spec.name))
+        got_h = pipeline.table(f"{spec.name}_history", key_order + ", valid_from_lsn")
+        got_h_by_key = {(*[r[k] for k in spec.key], r["valid_from_lsn"]): r for r in got_h}
+        assert len(got_h) == len(got_h_by_key), f"{spec.name}_history has duplicate versions"
+        assert set(got_h_by_key) == set(expected_h), f"{spec.name}_history versions differ"
+        for key, want in expected_h.items():
+            row = got_h_by_key[key]
+            for column, value in want.items():
+                assert row[column] == value, f"{spec.name}_history {key} {column}: {row[column]!r} != {value!r}"
+
+
+def snapshot_versions(monkeypatch, snapshots: set[int], tables: set[str] | None = None) -> None:
+    """Expected marts name a version a snapshot opened `snapshot`, not `insert` (in `tables`, by
+    default every table)."""
+    original = sys.modules[__name__].transaction_versions
+
+    def versions(spec, txs, upper=None):
+        named = tables is None or spec.name in tables
+        return {k: [(lsn, t, "snapshot" if named and int(lsn, 16) in snapshots and op == "insert" else op, v, o)
+                    for lsn, t, op, v, o in vs] for k, vs in original(spec, txs, upper).items()}
+
+    monkeypatch.setattr(sys.modules[__name__], "transaction_versions", versions)

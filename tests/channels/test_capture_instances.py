@@ -16,33 +16,15 @@ from cdc_simulator import landing_writer
 from cdc_simulator.simulate import ChangeRow, Column, Simulator, TableSpec, Transaction, mask_bytes
 from runner import report
 from tests.conftest import Pipeline, copy_project
-from tests.test_pipeline import _check_marts
-
-TYPES = {"member_id": "int", "full_name": "nvarchar(100)", "email": "varchar(200)", "credit_limit": "decimal(12,2)",
-         "created_at": "datetime2(3)", "tier": "varchar(10)"}
-KEY = ("member_id",)
-# the first instance captures the table as it was; the second, created after `tier` was added,
-# leaves `email` out (it is dropped from the source once the first instance is gone)
-OLD = ["member_id", "full_name", "email", "credit_limit", "created_at"]
-NEW = ["member_id", "full_name", "credit_limit", "tier", "created_at"]
-TABLE = list(TYPES)  # the marts' columns: every column either instance captured
+from tests.expected import check_marts
+from tests.scenarios import KEY, NEW, OLD, TABLE, TYPES
+from tests.scenarios import members_declaration as _declaration
 
 
 def _spec(names: list[str], instance: str = "dbo_members", ordinals: list[str] | None = None) -> TableSpec:
     """The table as `names` (ordinals: positions in `ordinals`, default in `names`)."""
     order = ordinals or names
     return TableSpec("members", instance, KEY, tuple(Column(n, TYPES[n], order.index(n) + 1) for n in names))
-
-
-def _declaration(instances: list[dict] | None) -> dict:
-    """members with one capture instance (None) or several."""
-    if instances is None:
-        members = {"channel": "change_tables", "capture_instance": "dbo_members", "key": list(KEY),
-                   "columns": [{"name": n, "type": TYPES[n], "ordinal": i} for i, n in enumerate(OLD, 1)]}
-    else:
-        members = {"channel": "change_tables", "capture_instances": instances, "key": list(KEY),
-                   "columns": [{"name": n, "type": TYPES[n]} for n in TABLE]}
-    return members
 
 
 def _declare(project, instances: list[dict]) -> None:
@@ -109,7 +91,7 @@ def test_a_table_switched_to_a_new_capture_instance_with_an_added_column(spark, 
     landing_writer.write_batch(landing, "b0", [old], p1[:15], {"members": "parquet"}, spark=spark,
                                manifest=(None, p1[14].commit_lsn))
     _run(pipeline)
-    _check_marts(pipeline, sim, p1[14].commit_lsn, tables=[table_old], transactions=_expected([(p1, set(OLD))]))
+    check_marts(pipeline, sim, p1[14].commit_lsn, tables=[table_old], transactions=_expected([(p1, set(OLD))]))
 
     # 2. `tier` is added (NULL in existing rows) and a second instance created without `email`;
     # both capture side by side; the declaration lists both, oldest first
@@ -129,7 +111,7 @@ def test_a_table_switched_to_a_new_capture_instance_with_an_added_column(spark, 
                                 after=p1[-1].commit_lsn, through=p2[11].commit_lsn)
     _run(pipeline)
     table = _spec(TABLE)
-    _check_marts(pipeline, sim, p2[11].commit_lsn, tables=[table],
+    check_marts(pipeline, sim, p2[11].commit_lsn, tables=[table],
                  transactions=_expected([(p1, set(OLD)), (p2, set(TABLE))]))
     staged = pipeline.rows("select capture_instance, count(*) as n from {s}.stg_change_tables__members "
                            "group by capture_instance order by capture_instance")
@@ -141,7 +123,7 @@ def test_a_table_switched_to_a_new_capture_instance_with_an_added_column(spark, 
                                 after=p2[11].commit_lsn, through=p2[-1].commit_lsn)
     output = _run(pipeline)
     assert "cut held back by members: its export (dbo_members) reaches" in output, output[-2000:]
-    _check_marts(pipeline, sim, p2[11].commit_lsn, tables=[table],
+    check_marts(pipeline, sim, p2[11].commit_lsn, tables=[table],
                  transactions=_expected([(p1, set(OLD)), (p2, set(TABLE))]))
 
     # 4. the old instance's last export lands and it is dropped, then `email` is dropped from
@@ -157,7 +139,7 @@ def test_a_table_switched_to_a_new_capture_instance_with_an_added_column(spark, 
     # the old instance, not declared dropped, still holds the cut where its exports end
     assert "cut held back by members: its export (dbo_members) reaches" in output, output[-2000:]
     expected = _expected([(p1, set(OLD)), (p2, set(TABLE)), (p3, set(NEW))])
-    _check_marts(pipeline, sim, p2[-1].commit_lsn, tables=[table], transactions=expected)
+    check_marts(pipeline, sim, p2[-1].commit_lsn, tables=[table], transactions=expected)
 
     # 5. declared dropped, it no longer holds the cut
     _declare(project, [{"name": "dbo_members", "columns": OLD, "dropped": True},
@@ -166,7 +148,7 @@ def test_a_table_switched_to_a_new_capture_instance_with_an_added_column(spark, 
                                manifest=(p3[19].commit_lsn, p3[-1].commit_lsn))
     output = _run(pipeline)
     assert "cut held back" not in output, output[-2000:]
-    _check_marts(pipeline, sim, p3[-1].commit_lsn, tables=[table], transactions=expected)
+    check_marts(pipeline, sim, p3[-1].commit_lsn, tables=[table], transactions=expected)
     # an update of a key the new instance captured after the drop kept the key's email
     kept = pipeline.rows("select count(*) as n from {s}.members_current where email is not null "
                          "and commit_lsn > '" + f"{p2[-1].commit_lsn:020X}" + "'")

@@ -1,7 +1,7 @@
 """Mart behaviour at the edges: batch boundaries inside a transaction's rows, delete-only
 batches, re-inserts and key changes, gap detection, the options, and the MERGE that applies a
-small batch with deletion vectors (as_of: tests/test_pipeline.py). (Runs killed at any instant:
-tests/test_faults.py.)"""
+small batch with deletion vectors (as_of: tests/pipeline/test_pipeline.py). (Runs killed at any instant:
+tests/pipeline/test_faults.py.)"""
 
 from __future__ import annotations
 
@@ -13,7 +13,10 @@ from cdc_simulator import landing_writer
 from cdc_simulator.simulate import Simulator, lsn_hex
 from runner.dbt import Dbt
 from runner.errors import PipelineFailed
-from tests.test_pipeline import FORMATS, NAMES, TABLES, _check_marts, _land
+from tests.expected import check_marts
+from tests.scenarios import CHANGE_TABLES as TABLES
+from tests.scenarios import FORMATS, NAMES
+from tests.scenarios import land_changes as _land
 
 
 def _split(tx, n_rows):
@@ -37,18 +40,18 @@ def test_batch_boundary_inside_a_transaction_waits_for_its_commit(pipeline):
                                min_lsn={t.capture_instance: txs[0].begin_lsn for t in TABLES}, mapped=txs)
     summary = pipeline.run()
     assert {r["lsn_reached"] for r in summary if r["tracked_table"] in NAMES} == {lsn_hex(txs[-1].commit_lsn)}
-    _check_marts(pipeline, sim, txs[-1].commit_lsn)
+    check_marts(pipeline, sim, txs[-1].commit_lsn)
     landing_writer.write_batch(pipeline.landing, "b2", TABLES, [tail], FORMATS, spark=pipeline.spark, mapped=[big])
     pipeline.run()
-    _check_marts(pipeline, sim, big.commit_lsn)
+    check_marts(pipeline, sim, big.commit_lsn)
 
 
 def test_delete_only_reinsert_and_key_change_batches(pipeline):
-    """Batches of one kind of change each (an empty batch: tests/test_pipeline.py's re-run)."""
+    """Batches of one kind of change each (an empty batch: tests/pipeline/test_pipeline.py's re-run)."""
     sim = Simulator(TABLES, seed=43)
     _land(pipeline, sim, sim.run(40), "b1", first=True)
     pipeline.run()
-    _check_marts(pipeline, sim, sim.transactions[-1].commit_lsn)
+    check_marts(pipeline, sim, sim.transactions[-1].commit_lsn)
     batches = {
         "deletes": ("delete",),
         "reinserts": ("reinsert",),
@@ -61,7 +64,7 @@ def test_delete_only_reinsert_and_key_change_batches(pipeline):
         assert operations == expected, (name, operations)
         _land(pipeline, sim, txs, name)
         pipeline.run()
-        _check_marts(pipeline, sim, txs[-1].commit_lsn)
+        check_marts(pipeline, sim, txs[-1].commit_lsn)
 
 
 def test_gap_stops_the_run_naming_table_range_and_remedy(pipeline):
@@ -83,7 +86,7 @@ def test_gap_stops_the_run_naming_table_range_and_remedy(pipeline):
     assert f"Land a snapshot of customers taken at or after LSN {lsn_hex(later[0].begin_lsn - 1)}" in message
     assert lost  # the changes that were lost
     # the marts keep the state they had; the watermark did not move
-    _check_marts(pipeline, sim, first[-1].commit_lsn)
+    check_marts(pipeline, sim, first[-1].commit_lsn)
     rows = pipeline.rows("select max_by(watermark_lsn, recorded_at) as w from {s}.cdc_watermarks "
                          "where model_name = 'customers_current'")
     assert rows == [{"w": lsn_hex(first[-1].commit_lsn)}]
@@ -143,12 +146,12 @@ def test_table_options_soft_deletes_delete_versions_and_history_on_chosen_column
     sim = Simulator(TABLES, seed=67)
     _land(pipeline, sim, sim.run(60), "b1", first=True)
     pipeline.run()
-    _check_marts(pipeline, sim, sim.transactions[-1].commit_lsn, tracked, tables=[order_lines])
+    check_marts(pipeline, sim, sim.transactions[-1].commit_lsn, tracked, tables=[order_lines])
     # a later batch folds untracked updates into versions stored by the first run, and deletes
     _land(pipeline, sim, [sim.transaction(statements=3, kinds=("update",)) for _ in range(16)] + sim.run(8)
           + [sim.transaction(statements=3, kinds=("delete",)) for _ in range(4)], "b2")
     pipeline.run()
-    _check_marts(pipeline, sim, sim.transactions[-1].commit_lsn, tracked, tables=[order_lines])
+    check_marts(pipeline, sim, sim.transactions[-1].commit_lsn, tracked, tables=[order_lines])
     _check_soft_deletes(pipeline, sim, customers)
     # the option made a difference: some updates were folded
     assert len(history(order_lines, sim.transactions, None, tracked["order_lines"])) < len(
@@ -157,7 +160,7 @@ def test_table_options_soft_deletes_delete_versions_and_history_on_chosen_column
     assert pipeline.rows("select count(*) as n from {s}.order_lines_current where is_deleted")[0]["n"] == 0
     # the full refresh gives the same marts
     pipeline.run(full_refresh=True)
-    _check_marts(pipeline, sim, sim.transactions[-1].commit_lsn, tracked, tables=[order_lines])
+    check_marts(pipeline, sim, sim.transactions[-1].commit_lsn, tracked, tables=[order_lines])
     _check_soft_deletes(pipeline, sim, customers)
 
 
@@ -196,7 +199,7 @@ def test_a_small_batch_merges_with_deletion_vectors_and_removes_no_data_file(pip
     batch = [sim.transaction(statements=1, kinds=kinds) for kinds in (("update",), ("update",), ("delete",))]
     _land(pipeline, sim, batch, "b2")
     pipeline.run()
-    _check_marts(pipeline, sim, sim.transactions[-1].commit_lsn)
+    check_marts(pipeline, sim, sim.transactions[-1].commit_lsn)
     for model in marts:
         properties = {r["key"]: r["value"] for r in pipeline.rows(f"show tblproperties {{s}}.{model}")}
         assert properties.get("delta.enableDeletionVectors") == "true", model

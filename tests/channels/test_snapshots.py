@@ -14,8 +14,9 @@ from cdc_simulator import landing_writer
 from cdc_simulator.simulate import ChangeRow, Simulator, Transaction, lsn_hex, mask_bytes
 from runner import report
 from runner.errors import PipelineFailed
-from tests import expected
-from tests.test_pipeline import FORMATS, TABLES, _check_marts
+from tests.expected import check_marts, snapshot_versions
+from tests.scenarios import CHANGE_TABLES as TABLES
+from tests.scenarios import FORMATS
 
 
 def _snapshot_transaction(now: dict, held: dict, lsn: int, time, tables=TABLES) -> Transaction:
@@ -29,19 +30,6 @@ def _snapshot_transaction(now: dict, held: dict, lsn: int, time, tables=TABLES) 
         rows += [ChangeRow(lsn, lsn, 1, full, 1, dict(v)) for k, v in held[spec.name].items() if k not in now[spec.name]]
         tx.changes[spec.name] = rows
     return tx
-
-
-def _snapshot_versions(monkeypatch, snapshots: set[int], tables: set[str] | None = None) -> None:
-    """Expected marts name a version a snapshot opened `snapshot`, not `insert` (in `tables`, by
-    default every table)."""
-    original = expected.transaction_versions
-
-    def versions(spec, txs, upper=None):
-        named = tables is None or spec.name in tables
-        return {k: [(lsn, t, "snapshot" if named and int(lsn, 16) in snapshots and op == "insert" else op, v, o)
-                    for lsn, t, op, v, o in vs] for k, vs in original(spec, txs, upper).items()}
-
-    monkeypatch.setattr(expected, "transaction_versions", versions)
 
 
 def test_an_initial_snapshot_then_a_gap_remedied_by_a_new_snapshot(pipeline, monkeypatch):
@@ -62,8 +50,8 @@ def test_an_initial_snapshot_then_a_gap_remedied_by_a_new_snapshot(pipeline, mon
     pipeline.run()
 
     snapshot1 = _snapshot_transaction(at_s1, empty, s1, before[-1].end_time)
-    _snapshot_versions(monkeypatch, {s1})
-    _check_marts(pipeline, sim, after[-1].commit_lsn, transactions=[snapshot1, *after])
+    snapshot_versions(monkeypatch, {s1})
+    check_marts(pipeline, sim, after[-1].commit_lsn, transactions=[snapshot1, *after])
     held = copy.deepcopy(sim.state)
 
     # changes lost to cleanup: their mapping lands, their rows never do, capture now starts later
@@ -83,8 +71,8 @@ def test_an_initial_snapshot_then_a_gap_remedied_by_a_new_snapshot(pipeline, mon
 
     snapshot2 = _snapshot_transaction(at_s2, held, s2, lost[-1].end_time)
     assert any(r.operation == 1 for rows in snapshot2.changes.values() for r in rows)  # keys deleted meanwhile
-    _snapshot_versions(monkeypatch, {s1, s2})
-    _check_marts(pipeline, sim, later[-1].commit_lsn, transactions=[snapshot1, *after, snapshot2, *later])
+    snapshot_versions(monkeypatch, {s1, s2})
+    check_marts(pipeline, sim, later[-1].commit_lsn, transactions=[snapshot1, *after, snapshot2, *later])
 
     # a snapshot at or below the marts' watermark never applies: the run says so, nothing changes
     customers = TABLES[0]
@@ -94,7 +82,7 @@ def test_an_initial_snapshot_then_a_gap_remedied_by_a_new_snapshot(pipeline, mon
     pipeline.run(progress=report.Progress(stream=out))
     assert (f"WARNING snapshot of {customers.name}: the snapshot at 0x{lsn_hex(stale)} is at or below its marts' "
             "watermark") in out.getvalue(), out.getvalue()[-2000:]
-    _check_marts(pipeline, sim, later[-1].commit_lsn, transactions=[snapshot1, *after, snapshot2, *later])
+    check_marts(pipeline, sim, later[-1].commit_lsn, transactions=[snapshot1, *after, snapshot2, *later])
 
 
 def test_a_debezium_initial_snapshot_then_a_complete_snapshot_reconciles_and_an_incremental_one_never_deletes(
@@ -104,7 +92,8 @@ def test_a_debezium_initial_snapshot_then_a_complete_snapshot_reconciles_and_an_
     reconciles: keys it lacks are deleted at its LSN, changed rows get a version, unchanged rows
     nothing. An incremental snapshot (rows marked incremental) never deletes."""
     from cdc_simulator import debezium_writer
-    from tests.test_debezium import DECLARED_COLUMNS, ITEMS, _pipeline
+    from tests.scenarios import DECLARED_COLUMNS, ITEMS
+    from tests.scenarios import debezium_pipeline as _pipeline
 
     pipeline = _pipeline(spark, tmp_path, {"items": {
         "channel": "debezium", "source_database": "ShopDb", "source_schema": "dbo", "source_table": "items",
@@ -119,8 +108,8 @@ def test_a_debezium_initial_snapshot_then_a_complete_snapshot_reconciles_and_an_
                                                                    before[-1].end_time) + render.changes(after))
     pipeline.run()
     snapshot1 = _snapshot_transaction(at_s1, {"items": {}}, s1, before[-1].end_time, tables=[ITEMS])
-    _snapshot_versions(monkeypatch, {s1})
-    _check_marts(pipeline, sim, after[-1].commit_lsn, tables=[ITEMS], transactions=[snapshot1, *after])
+    snapshot_versions(monkeypatch, {s1})
+    check_marts(pipeline, sim, after[-1].commit_lsn, tables=[ITEMS], transactions=[snapshot1, *after])
     held = copy.deepcopy(sim.state)
 
     # events lost (the connector's offsets were reset); it snapshots again, then streams on
@@ -139,9 +128,9 @@ def test_a_debezium_initial_snapshot_then_a_complete_snapshot_reconciles_and_an_
     snapshot2 = _snapshot_transaction(at_s2, held, s2, lost[-1].end_time, tables=[ITEMS])
     assert any(r.operation == 1 for r in snapshot2.changes["items"])  # keys deleted meanwhile
     assert len(snapshot2.changes["items"]) < len(at_s2["items"])  # unchanged keys: no version
-    _snapshot_versions(monkeypatch, {s1, s2})
+    snapshot_versions(monkeypatch, {s1, s2})
     expected = [snapshot1, *after, snapshot2, *later]
-    _check_marts(pipeline, sim, later[-1].commit_lsn, tables=[ITEMS], transactions=expected)
+    check_marts(pipeline, sim, later[-1].commit_lsn, tables=[ITEMS], transactions=expected)
 
     # an incremental snapshot of a few rows: they are unchanged, and the rows it lacks stay
     versions = pipeline.rows("select count(*) as n from {s}.items_history")[0]["n"]
@@ -149,5 +138,5 @@ def test_a_debezium_initial_snapshot_then_a_complete_snapshot_reconciles_and_an_
     debezium_writer.write_lines(folder / "b3.jsonl", render.snapshot(rows, later[-1].commit_lsn + 1, later[-1].end_time,
                                                                      incremental=True))
     pipeline.run()
-    _check_marts(pipeline, sim, later[-1].commit_lsn, tables=[ITEMS], transactions=expected)
+    check_marts(pipeline, sim, later[-1].commit_lsn, tables=[ITEMS], transactions=expected)
     assert pipeline.rows("select count(*) as n from {s}.items_history")[0]["n"] == versions

@@ -1,7 +1,7 @@
-"""The Python packages' import rule: `runner` (the pipeline core users deploy) imports neither
-the simulator (`cdc_simulator`) nor the tooling (`cdc_tooling`), which build on it; no two
-modules import each other, directly or around a longer cycle. Read from the source with `ast`,
-imports inside functions included."""
+"""The layout's rules, read from the source with `ast` (imports inside functions included):
+`runner` (the pipeline core users deploy) imports neither the simulator (`cdc_simulator`) nor the
+tooling (`cdc_tooling`), which build on it; no two modules import each other, directly or around
+a longer cycle; test modules sit in folders mirroring the code and never import each other."""
 
 from __future__ import annotations
 
@@ -91,3 +91,20 @@ def test_the_checker_sees_cycles_and_function_level_imports():
     assert _cycles({"a": {"b"}, "b": set()}) == []
     tree = ast.parse("def f():\n    from cdc_tooling import bench\n")
     assert any(isinstance(n, ast.ImportFrom) and n.module == "cdc_tooling" for n in ast.walk(tree))
+
+
+def test_test_modules_share_helpers_not_each_other():
+    """Tests mirror the code (macros, channels, pipeline, tooling) and share what they need through
+    conftest and the helper modules beside it, never by importing another test module."""
+    tests = PROJECT_DIR / "tests"
+    helpers = {"tests.conftest", "tests.expected", "tests.scenarios", "tests.reference_cdc"}
+    assert sorted(p.name for p in tests.iterdir() if p.is_dir() and (p / "__init__.py").exists()) == [
+        "channels", "macros", "pipeline", "tooling"]
+    offenders = []
+    for path in sorted(tests.rglob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("tests.")
+                    and node.module not in helpers):
+                offenders.append(f"{path.relative_to(tests)} imports {node.module}")
+    assert offenders == []
+    assert not list(tests.glob("test_*.py")), "a test module outside the layout's folders"

@@ -16,7 +16,9 @@ from runner import landing, report
 from runner.dbt import Dbt
 from runner.errors import PipelineFailed
 from tests.conftest import Pipeline, copy_project
-from tests.test_pipeline import FORMATS, TABLES, _check_marts
+from tests.expected import check_marts
+from tests.scenarios import CHANGE_TABLES as TABLES
+from tests.scenarios import FORMATS
 
 CUSTOMERS, ORDER_LINES = (next(t for t in TABLES if t.name == name) for name in ("customers", "order_lines"))
 
@@ -180,9 +182,9 @@ def test_a_lagging_export_holds_the_cut_and_loses_nothing_and_a_cut_file_is_refu
         cut_step = min(reached_ol, reached_c)
         if cut_step < 0:
             assert "cut held back by order_lines: its export (sales_order_lines) has no manifest landed yet" in output
-            _check_marts(pipeline, sim, 0)
+            check_marts(pipeline, sim, 0)
         else:
-            _check_marts(pipeline, sim, through[cut_step])
+            check_marts(pipeline, sim, through[cut_step])
             assert f"window (change_tables): changes up to LSN 0x{lsn_hex(through[cut_step])}" in output
             assert ("cut held back by order_lines" if reached_ol <= reached_c else "cut held back by customers") in output
         assert failed == (k == 3), output[-2000:]
@@ -200,20 +202,20 @@ def test_a_lagging_export_holds_the_cut_and_loses_nothing_and_a_cut_file_is_refu
             # a plain `dbt build` holds at the cut the last run recorded too
             failed = Dbt(required_project, "local", {"cdc_raw_schema": pipeline.target.raw_schema}).build([], False)
             assert failed == []
-            _check_marts(pipeline, sim, through[cut_step])
+            check_marts(pipeline, sim, through[cut_step])
     # the laggard's last two exports land together: every change is applied, nothing twice
     # the laggard's last export arrives before the one it follows: a gap, the cut stays
     export(ORDER_LINES, 4)
     output, failed = _run(pipeline)
     assert not failed and f"export gap in sales_order_lines: exported through 0x{lsn_hex(through[2])}" in output, output[-2000:]
-    _check_marts(pipeline, sim, through[2])
+    check_marts(pipeline, sim, through[2])
     gap_run = pipeline.rows("select manifests_from, run_id from {s}.cdc_runs order by run_id desc limit 1")[0]
     assert gap_run["manifests_from"] == gap_run["run_id"]  # the next run reads manifests from this batch on
     # the missing export lands: the chain closes over both, every change is applied, nothing twice
     export(ORDER_LINES, 3)
     output, failed = _run(pipeline)
     assert not failed and "cut held back" not in output and "WARNING" not in output, output[-2000:]
-    _check_marts(pipeline, sim, through[4])
+    check_marts(pipeline, sim, through[4])
     ledger = pipeline.rows("select exported_lsn, manifests_from, refused from {s}.cdc_runs order by run_id")
     assert ledger[-1]["exported_lsn"] == {t.capture_instance: lsn_hex(through[4]) for t in (CUSTOMERS, ORDER_LINES)}
     assert ledger[-1]["manifests_from"] == ""

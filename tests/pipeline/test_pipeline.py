@@ -7,49 +7,13 @@ import io
 
 import pytest
 
-from cdc_simulator import landing_writer
 from cdc_simulator.simulate import Simulator, lsn_hex
 from runner import report
-from runner.project import tracked_tables
-from tests.conftest import PROJECT_DIR, last_execution, table_scans
-from tests.expected import current_state, history
-
-# the change-table demo tables (the CES demo table is exercised in tests/test_ces.py)
-TABLES = [t for t in tracked_tables(PROJECT_DIR) if t.channel == "change_tables"]
-NAMES = {t.name for t in TABLES}
-FORMATS = {"customers": "parquet", "order_lines": "csv"}
-
-
-def _land(pipeline, sim, txs, batch, first=False):
-    if first:
-        landing_writer.write_captured_columns(pipeline.landing, TABLES)
-    landing_writer.write_batch(pipeline.landing, batch, TABLES, txs, FORMATS, spark=pipeline.spark,
-                               min_lsn={t.capture_instance: txs[0].begin_lsn for t in TABLES} if first else None)
-
-
-def _check_marts(pipeline, sim, upper, history_columns=None, tables=None, transactions=None):
-    """The marts equal the expected marts of `transactions` (default: all of the simulator's)."""
-    transactions = sim.transactions if transactions is None else transactions
-    for spec in tables or TABLES:
-        key_order = ", ".join(spec.key)
-        expected = current_state(spec, transactions, upper)
-        got = pipeline.table(f"{spec.name}_current", key_order)
-        got_by_key = {tuple(r[k] for k in spec.key): r for r in got}
-        assert set(got_by_key) == set(expected), f"{spec.name}_current keys differ"
-        for key, want in expected.items():
-            row = got_by_key[key]
-            for column, value in want.items():
-                assert row[column] == value, f"{spec.name}_current {key} {column}: {row[column]!r} != {value!r}"
-            assert row["is_deleted"] is False
-        expected_h = history(spec, transactions, upper, (history_columns or {}).get(spec.name))
-        got_h = pipeline.table(f"{spec.name}_history", key_order + ", valid_from_lsn")
-        got_h_by_key = {(*[r[k] for k in spec.key], r["valid_from_lsn"]): r for r in got_h}
-        assert len(got_h) == len(got_h_by_key), f"{spec.name}_history has duplicate versions"
-        assert set(got_h_by_key) == set(expected_h), f"{spec.name}_history versions differ"
-        for key, want in expected_h.items():
-            row = got_h_by_key[key]
-            for column, value in want.items():
-                assert row[column] == value, f"{spec.name}_history {key} {column}: {row[column]!r} != {value!r}"
+from tests.conftest import last_execution, table_scans
+from tests.expected import check_marts, current_state
+from tests.scenarios import CHANGE_TABLES as TABLES
+from tests.scenarios import NAMES
+from tests.scenarios import land_changes as _land
 
 
 def test_malformed_rows_are_quarantined_and_good_rows_flow(pipeline):
@@ -75,7 +39,7 @@ def test_malformed_rows_are_quarantined_and_good_rows_flow(pipeline):
         "unknown __$operation: 9",
     ]
     assert {r["_source_file"] for r in reasons} == {"change_tables/sales_order_lines/bad.csv"}
-    _check_marts(pipeline, sim, txs[-1].commit_lsn)
+    check_marts(pipeline, sim, txs[-1].commit_lsn)
 
 
 def test_lsn_time_mapping_as_of_and_window_validation_macros(pipeline, render):
@@ -173,7 +137,7 @@ def test_batches_build_marts_reading_only_their_batch_a_rerun_changes_nothing_a_
         # exports without manifests follow the lsn_time_mapping alone, and the run says so
         assert ("WARNING capture instance(s) dbo_customers, sales_order_lines land without export manifests"
                 in output.getvalue())
-        _check_marts(pipeline, sim, txs[-1].commit_lsn)
+        check_marts(pipeline, sim, txs[-1].commit_lsn)
         assert {r["lsn_reached"] for r in summary if r["tracked_table"] in NAMES} == {lsn_hex(txs[-1].commit_lsn)}
         assert all(r["quarantined"] == 0 for r in summary)
         run = pipeline.rows("select * from {s}.cdc_runs order by run_id desc limit 1")[0]
@@ -214,17 +178,17 @@ def test_batches_build_marts_reading_only_their_batch_a_rerun_changes_nothing_a_
     assert pipeline.rows("select count(*) as n from {s}_raw.landed_rows")[0]["n"] == sum(
         len(r) for tx in sim.transactions for r in tx.changes.values()) + len(sim.transactions) + 2 + sum(
         len(t.columns) for t in TABLES)
-    _check_marts(pipeline, sim, sim.transactions[-1].commit_lsn)
+    check_marts(pipeline, sim, sim.transactions[-1].commit_lsn)
 
     # a full refresh rebuilds the same marts from everything landed
     pipeline.run(full_refresh=True)
     refreshed = {t.name: pipeline.table(f"{t.name}_history", ", ".join(t.key) + ", valid_from_lsn") for t in TABLES}
     assert refreshed == after
-    _check_marts(pipeline, sim, sim.transactions[-1].commit_lsn)
+    check_marts(pipeline, sim, sim.transactions[-1].commit_lsn)
     # the runbook's rebuild of one table: its intermediate and both marts, from its staged changes
     pipeline.run(full_refresh=True, select=["int_customers__transactions+"])
     assert pipeline.table("customers_history", "customer_id, valid_from_lsn") == refreshed["customers"]
-    _check_marts(pipeline, sim, sim.transactions[-1].commit_lsn)
+    check_marts(pipeline, sim, sim.transactions[-1].commit_lsn)
     # the audit runs every data test on whole tables: it passes, then catches a second current
     # version of a key that no batch-scoped check of a later run would look at
     from runner.cli import main

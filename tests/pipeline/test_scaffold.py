@@ -12,7 +12,9 @@ from cdc_simulator import landing_writer
 from cdc_simulator.simulate import Simulator
 from runner import scaffold
 from tests.conftest import EVENT_TABLES, PROJECT_DIR, Pipeline, copy_project
-from tests.test_pipeline import FORMATS, TABLES, _check_marts
+from tests.expected import check_marts
+from tests.scenarios import CHANGE_TABLES as TABLES
+from tests.scenarios import FORMATS
 
 
 def _declared(project):
@@ -92,14 +94,15 @@ def test_scaffold_declares_the_demo_tables_from_their_landed_metadata(spark, tmp
     txs = sim.run(30)
     landing_writer.write_batch(landing, "b1", TABLES, txs, FORMATS, spark=spark)
     pipeline.run()
-    _check_marts(pipeline, sim, txs[-1].commit_lsn)
+    check_marts(pipeline, sim, txs[-1].commit_lsn)
 
 
 def test_two_capture_instances_of_one_table_are_declared_as_one_table(tmp_path):
     """The capture instances of one source table become one table with several (README
     "Capture-instance changes"), oldest first, equal to the hand-written declaration of
-    tests/test_capture_instances.py; a `dropped: true` the user added stays on the next run."""
-    from tests.test_capture_instances import NEW, OLD, TYPES, _declaration
+    tests/channels/test_capture_instances.py; a `dropped: true` the user added stays on the next run."""
+    from tests.scenarios import NEW, OLD, TYPES
+    from tests.scenarios import members_declaration as _declaration
 
     def columns(object_id, names):
         return [{"object_id": object_id, "column_name": n, "column_ordinal": i, **_type_row(TYPES[n])}

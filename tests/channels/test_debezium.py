@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import json
-import uuid
 from dataclasses import replace
 from datetime import datetime
 
@@ -19,21 +18,15 @@ from cdc_simulator.simulate import Column, Simulator, TableSpec, lsn_hex, replay
 from tests.conftest import (
     FIXTURES,
     PROJECT_DIR,
-    Pipeline,
     assert_raw_read_by_batch,
-    copy_project,
     last_execution,
     same_rows,
 )
+from tests.scenarios import DECLARED_COLUMNS, ITEM_COLUMNS, ITEMS, ITEMS_CT
+from tests.scenarios import debezium_pipeline as _pipeline
 
 SAMPLES = FIXTURES / "reference" / "debezium"
 DECLARED = yaml.safe_load((PROJECT_DIR / "dbt_project.yml").read_text())["vars"]["cdc_tracked_tables"]
-
-
-def _pipeline(spark, tmp_path, tables: dict, replace=True) -> Pipeline:
-    project = copy_project(tmp_path / "project", tables, replace=replace)
-    (tmp_path / "landing").mkdir()
-    return Pipeline(spark, "t_" + uuid.uuid4().hex[:8], tmp_path / "landing", project_dir=project)
 
 
 def _columns(*specs: tuple[str, str]) -> list[dict]:
@@ -156,15 +149,6 @@ def test_published_captures_stage_to_typed_rows(spark, tmp_path):
     ]
 
 
-ITEM_COLUMNS = (Column("item_id", "int", 1), Column("item_name", "nvarchar(60)", 2), Column("price", "decimal(12,2)", 3),
-                Column("qty", "smallint", 4), Column("launched", "date", 5), Column("updated", "datetime2(7)", 6),
-                Column("checked", "datetime", 7), Column("flag", "bit", 8), Column("blob", "varbinary(16)", 9))
-ITEMS = TableSpec("items", "dbo_items", ("item_id",), ITEM_COLUMNS, "debezium", ("ShopDb", "dbo", "items"))
-# the same table captured into a change table, for the landing writer
-ITEMS_CT = replace(ITEMS, channel="change_tables")
-DECLARED_COLUMNS = [{"name": c.name, "type": c.type, "ordinal": c.ordinal} for c in ITEM_COLUMNS]
-
-
 def _is_tombstone(line: str) -> bool:
     """A null value, bare or as a whole Kafka record's."""
     value = json.loads(line)
@@ -275,8 +259,7 @@ def _variant(line: str, lsn: int, key: int, op: str | None = None, **after) -> s
 
 def test_bad_lines_unknown_operations_and_wrong_encodings_are_quarantined_flattened_rows_apply(
         spark, tmp_path, monkeypatch):
-    from tests.test_pipeline import _check_marts
-    from tests.test_snapshots import _snapshot_versions
+    from tests.expected import check_marts, snapshot_versions
 
     pipeline = _pipeline(spark, tmp_path, {
         "products": DECLARED["products"],
@@ -338,5 +321,5 @@ def test_bad_lines_unknown_operations_and_wrong_encodings_are_quarantined_flatte
     assert statuses["tombstone"] == sum(line == "null" for line in good) + sum(
         json.loads(line)["value"] is None for line in flat_lines) > 5
     # every good event applied, flattened rows (deletes rewritten with __deleted) included
-    _snapshot_versions(monkeypatch, {txs[0].commit_lsn}, {"products"})  # the products' snapshot opens them
-    _check_marts(pipeline, sim, None, tables=[PRODUCTS, FLAT])
+    snapshot_versions(monkeypatch, {txs[0].commit_lsn}, {"products"})  # the products' snapshot opens them
+    check_marts(pipeline, sim, None, tables=[PRODUCTS, FLAT])

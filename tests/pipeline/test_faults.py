@@ -10,83 +10,16 @@ metastore admits one JVM); this test's session reads their Delta tables by path.
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import threading
 import time
-from pathlib import Path
 
-from cdc_simulator import landing_writer
 from cdc_simulator.simulate import Simulator
-from tests.conftest import EVENT_TABLES, PROJECT_DIR, copy_project
+from tests.conftest import EVENT_TABLES, copy_project
 from tests.expected import current_state, history
-from tests.test_pipeline import FORMATS
-from tests.test_pipeline import TABLES as CHANGE_TABLES
+from tests.scenarios import CHANGE_TABLES, TIMEOUT, Warehouse
 
 # one table keeps each of the many runs short (a third of the demo's dbt nodes)
 TABLES = [t for t in CHANGE_TABLES if t.name == "customers"]
-
-TIMEOUT = 600
-
-
-class Warehouse:
-    """A runner's warehouse, read by path."""
-
-    def __init__(self, spark, state: Path, project: Path, landing: Path):
-        self.spark, self.state, self.project, self.landing = spark, state, project, landing
-        self.schema = "cdc"
-
-    def land(self, transactions, batch: str, first: bool = False) -> None:
-        if first:
-            landing_writer.write_captured_columns(self.landing, TABLES)
-        landing_writer.write_batch(self.landing, batch, TABLES, transactions, FORMATS, spark=self.spark,
-                                   min_lsn={t.capture_instance: transactions[0].begin_lsn for t in TABLES} if first else None)
-
-    def path(self, table: str) -> Path:
-        schema = self.schema + "_raw" if table == "landed_rows" else self.schema
-        return self.state / "warehouse" / f"{schema}.db" / table
-
-    def rows(self, table: str) -> list[dict]:
-        return [r.asDict(recursive=True) for r in self.spark.sql(f"select * from delta.`{self.path(table)}`").collect()]
-
-    def commits(self, table: str) -> int:
-        log = self.path(table) / "_delta_log"
-        return len(list(log.glob("*.json"))) if log.is_dir() else 0
-
-    def data_files(self, table: str) -> int:
-        root = self.path(table)
-        return sum(1 for p in root.rglob("*.parquet") if "_delta_log" not in p.parts) if root.is_dir() else 0
-
-    def start(self, *args: str) -> subprocess.Popen:
-        env = {**os.environ, "SQLSERVER_CDC_STATE_DIR": str(self.state), "SQLSERVER_CDC_SCHEMA": self.schema,
-               "SQLSERVER_CDC_DRIVER_MEMORY": "2g"}
-        return subprocess.Popen(
-            [sys.executable, "-m", "runner", "run", "--project-dir", str(self.project), "--landing", str(self.landing),
-             *args], cwd=PROJECT_DIR, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            start_new_session=True)
-
-    def run(self, *args: str) -> str:
-        proc = self.start(*args)
-        out, _ = proc.communicate(timeout=TIMEOUT)
-        assert proc.returncode == 0, out[-3000:]
-        assert "HiveAlterHandler" not in out, "the metastore refused a replaced table's schema (profiles.yml)"
-        return out
-
-    def kill_when(self, condition, what: str) -> str:
-        """Starts a run and SIGKILLs its process tree (Python and the JVM) as soon as condition()
-        holds; returns the run's output."""
-        proc = self.start()
-        deadline = time.monotonic() + TIMEOUT
-        while not condition():
-            assert proc.poll() is None, f"the run ended before {what}: {proc.stdout.read()[-3000:]}"
-            assert time.monotonic() < deadline, f"no {what} within {TIMEOUT} s"
-            time.sleep(0.02)
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate(timeout=60)
-        return out
-
 
 def _mart_state(wh: Warehouse, spec, mart: str) -> dict:
     key = list(spec.key)
@@ -127,7 +60,7 @@ def test_killed_runs_rerun_to_the_same_marts_readers_see_whole_commits_one_runne
     landing = tmp_path / "landing"
     landing.mkdir()
     project = copy_project(tmp_path / "project", {}, drop=(*EVENT_TABLES, "order_lines"))
-    wh = Warehouse(spark, tmp_path / "state", project, landing)
+    wh = Warehouse(spark, tmp_path / "state", project, landing, TABLES)
     sim = Simulator(TABLES, seed=83)
     first = sim.run(40)
     wh.land(first, "b1", first=True)

@@ -233,8 +233,8 @@ def _variant(event: dict, lsn: int, key: int, operation: str | None = None, **va
 
 
 def test_bad_lines_unknown_operations_uncastable_values_and_orphan_segments_are_quarantined(spark, tmp_path):
+    from tests.expected import check_marts
     from tests.expected import history as expected_history
-    from tests.test_pipeline import _check_marts
 
     pipeline = _pipeline(spark, tmp_path, {"employees": DECLARED["employees"]}, replace=True, orphan_after=1)
     sim = Simulator([EMPLOYEES], seed=37)
@@ -288,12 +288,12 @@ def test_bad_lines_unknown_operations_uncastable_values_and_orphan_segments_are_
     dropped = [r for r in sorted(rows, key=lambda r: (r.seqval, r.operation)) if r.operation != 3][sequence - 1]
     held.changes["employees"] = [r for r in rows if r.seqval != dropped.seqval]
     assert expected_history(EMPLOYEES, without_late) != expected_history(EMPLOYEES, txs)
-    _check_marts(pipeline, sim, None, tables=[EMPLOYEES], transactions=without_late)
+    check_marts(pipeline, sim, None, tables=[EMPLOYEES], transactions=without_late)
 
     # batch 2: the missing segment arrives (below the marts' watermark); the orphan's time is up
     ces_writer.write_lines(folder / "b2.jsonl", [segments[1]])
     pipeline.run()
-    _check_marts(pipeline, sim, None, tables=[EMPLOYEES])
+    check_marts(pipeline, sim, None, tables=[EMPLOYEES])
     orphans = pipeline.rows("select quarantine_reason, _batch_id from {s}.cdc_quarantine where quarantine_reason like 'orphan%'")
     assert len(orphans) == 1
     assert orphans[0]["quarantine_reason"].startswith(f"orphan segments: logicalid {orphan[0]['logicalid']} has segment(s) 0 "

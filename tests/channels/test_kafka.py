@@ -26,7 +26,7 @@ from runner import kafka
 from runner.errors import PipelineFailed, UsageError
 from runner.report import Progress
 from tests.conftest import Pipeline, copy_project, free_ports
-from tests.test_faults import Warehouse
+from tests.scenarios import Warehouse
 
 TABLE_COLUMNS = {"employees": ["Id", "FirstName", "LastName", "SignupDate"],
                  "products": ["product_id", "product_name", "price", "launched_on", "in_stock"]}
