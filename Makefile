@@ -37,7 +37,7 @@ test: check-java $(STAMP) lint
 	$(PY) -m pytest
 
 # A local Spark standalone cluster (master, two workers, Thrift server on 127.0.0.1) for the
-# `cluster` target: README "Running on a cluster". State and logs in .cluster/.
+# `cluster` target: docs/operations.md "Running on a cluster". State and logs in .cluster/.
 cluster-up: check-java $(STAMP)
 	$(PY) -m cdc_tooling.cluster up
 
@@ -45,7 +45,7 @@ cluster-down: $(STAMP)
 	$(PY) -m cdc_tooling.cluster down
 
 # A local Apache Kafka broker (KRaft, one node, 127.0.0.1:19092 PLAINTEXT, :19093 SASL PLAIN) for
-# demo-kafka and trying Kafka sources: README "Reading from Kafka and Event Hubs". Data in .kafka/.
+# demo-kafka and trying Kafka sources: docs/channels.md "Reading from Kafka and Event Hubs". Data in .kafka/.
 kafka-up: check-java $(STAMP)
 	$(PY) -m cdc_tooling.kafka_broker up
 

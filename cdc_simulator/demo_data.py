@@ -24,7 +24,7 @@ DEMO_FORMATS = {"customers": "parquet", "order_lines": "csv"}
 class DemoHistory:
     """A simulated history of the project's tracked tables, cut into batches; each batch written
     as landing files, or with `kafka` (bootstrap servers) its CES and Debezium events produced to
-    Kafka topics instead (README "Reading from Kafka and Event Hubs"): CES events on topic
+    Kafka topics instead (docs/channels.md "Reading from Kafka and Event Hubs"): CES events on topic
     `<table>_hub` spread over its partitions as Event Hubs spreads them, Debezium records keyed by
     the row's key on the connector's topic. The same seed gives the same events either way."""
 
@@ -55,7 +55,7 @@ class DemoHistory:
         if self.captured:
             if i == 0:
                 landing_writer.write_captured_columns(landing_dir, self.captured)
-            # each capture instance's export comes with its manifest (README "Export manifests")
+            # each capture instance's export comes with its manifest (docs/landing.md "Export manifests")
             landing_writer.write_batch(
                 landing_dir, name, self.captured, batch, DEMO_FORMATS, spark=self.spark,
                 min_lsn={t.capture_instance: self.txs[0].begin_lsn for t in self.captured} if i == 0 else None,

@@ -100,7 +100,7 @@ def write_batch(landing: Path, batch: str, tables: list[TableSpec], transactions
     (default: the same transactions) as batch `batch`. formats maps table name to 'parquet' |
     'csv' | 'jsonl'. min_lsn (capture instance to LSN) writes a cdc.change_tables export with
     that validity low end. manifest (after_lsn, through_lsn) writes each capture instance's export
-    manifest for that range (README "Export manifests"), also for an instance without changes."""
+    manifest for that range (docs/landing.md "Export manifests"), also for an instance without changes."""
     for table in tables:
         if table.channel == "change_tables":
             write_export(landing, batch, table, transactions, formats.get(table.name, "csv"), spark,
@@ -120,7 +120,7 @@ def write_export(landing: Path, batch: str, table: TableSpec, transactions: list
                  spark=None, after: int | None = None, through: int | None = None) -> None:
     """One capture instance's export of batch `batch`: its change rows in `transactions` as one
     file (none when it has none) and, when `through` is given, the export manifest for the range
-    (after, through] written last, as an exporter must (README "Export manifests")."""
+    (after, through] written last, as an exporter must (docs/landing.md "Export manifests")."""
     rows = [r for tx in transactions for r in tx.changes.get(table.name, [])]
     folder = landing / "change_tables" / table.capture_instance
     folder.mkdir(parents=True, exist_ok=True)
@@ -165,7 +165,7 @@ def _source_of(capture_instance: str) -> dict[str, str]:
 
 def _type_parts(sql_type: str) -> dict[str, object]:
     """cdc.captured_columns.column_type is the bare type name; the length, precision, scale and
-    fraction digits come from INFORMATION_SCHEMA.COLUMNS (README "Scaffolding")."""
+    fraction digits come from INFORMATION_SCHEMA.COLUMNS (docs/tables.md "Scaffolding")."""
     base, _, args = sql_type.lower().partition("(")
     args = [a.strip() for a in args.rstrip(")").split(",")] if args else []
     parts: dict[str, object] = {"column_type": base, "character_maximum_length": None, "numeric_precision": None,
@@ -191,7 +191,7 @@ def write_captured_columns(landing: Path, tables: list[TableSpec], batch: str = 
 
 
 def write_snapshot(landing: Path, batch: str, table: TableSpec, rows: list[dict[str, object]], snapshot_lsn: int) -> None:
-    """A snapshot of a table (README "Snapshots"): its rows as of `snapshot_lsn` as a CSV file in
+    """A snapshot of a table (docs/landing.md "Snapshots"): its rows as of `snapshot_lsn` as a CSV file in
     snapshots/<table>/, and its manifest, written last."""
     folder = landing / "snapshots" / table.name
     folder.mkdir(parents=True, exist_ok=True)

@@ -2,7 +2,7 @@
 data once and of a plain PySpark full recompute, and how an incremental run's cost grows with the
 batch and with the marts.
 
-One process, one SparkSession, phases in this order (README "Performance"):
+One process, one SparkSession, phases in this order (docs/performance.md "Performance"):
 
 1. copy floor: read the landed change files of the 1x state and write them once as parquet;
 2. initial load of the 1x state (by default 1,000,000 changes over 100,000 keys);
@@ -419,7 +419,7 @@ def _hex(df, column: str):
 def reference_marts(spark, landing: Path, tables: dict[str, dict]) -> dict[str, dict]:
     """The current-state and history marts of every table computed by hand in plain PySpark from
     the landed change-table exports and lsn_time_mapping: the full recompute the pipeline is
-    measured against (README "Marts"; no history_columns, no soft deletes, no quarantine).
+    measured against (docs/marts.md "Marts"; no history_columns, no soft deletes, no quarantine).
     Changes up to the capture high-water mark are netted per key and transaction (update-before
     rows carry no values; the last change by seqval, then operation, gives the values; inserted
     and deleted in one transaction leaves nothing). Current: each key's latest transaction unless

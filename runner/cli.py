@@ -69,7 +69,7 @@ def run_pipeline(project_dir: Path, target, landing_dir: Path, *, select: list[s
     """Lands, builds and reports one run; returns the summary rows (one per tracked table).
     Two dbt invocations on one parse of the project: `run-operation begin_run` lands the new
     files, decides the window and writes the run ledger's row; `dbt build` applies it, and its
-    on-run-end hook closes the row (README "The run ledger"). Every step is SQL sent through dbt,
+    on-run-end hook closes the row (docs/operations.md "The run ledger"). Every step is SQL sent through dbt,
     so it runs on whatever Spark the target names (for a session target, the caller has created
     the SparkSession first), except landing from Kafka sources (default: the project's), which
     appends to the raw table from the session before begin_run (runner/kafka.py). Raises
@@ -111,7 +111,7 @@ def run_pipeline(project_dir: Path, target, landing_dir: Path, *, select: list[s
         return []
     progress.step("dbt build" + (" --full-refresh" if full_refresh else ""))
     reports: dict[str, object] = {}
-    # an incremental run checks what it changed; a full refresh audits whole tables (README
+    # an incremental run checks what it changed; a full refresh audits whole tables (docs/operations.md
     # "Checks: batch and audit")
     # and leaves out seeds already loaded (they only feed data tests)
     exclude = [] if full_refresh else ["tag:cdc_audit"] + (["resource_type:seed"] if begun.get("seeds_loaded") else [])
@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None, kafka_sources: list | None = None) -> in
             source.client_options()
         if kafka_sources and target.method != "session":
             raise UsageError(f"target {target.name} uses method {target.method}: Kafka sources are read in the "
-                             "runner's own SparkSession, so they need a session target (README \"Reading from Kafka "
+                             "runner's own SparkSession, so they need a session target (docs/channels.md \"Reading from Kafka "
                              "and Event Hubs\")")
         with RunnerLock(lock_path(target, args.project_dir), target.name).acquire(args.wait, progress) as held:
             if describe_previous(held):
@@ -238,7 +238,7 @@ def main(argv: list[str] | None = None, kafka_sources: list | None = None) -> in
 
 def _last_run(args, target, held: RunnerLock, reads_kafka: bool) -> LastRun | None:
     """The record of the last successful plain run, for a plain `run` of a session target that
-    reads no Kafka source (only a Kafka client can tell whether a topic has new records; README
+    reads no Kafka source (only a Kafka client can tell whether a topic has new records; docs/operations.md
     "The runner"). Other runs get None, and delete any record: they may change the marts."""
     if target.method != "session" or args.command == "audit":
         return None
@@ -251,7 +251,7 @@ def _last_run(args, target, held: RunnerLock, reads_kafka: bool) -> LastRun | No
 
 def _audit(args, target, progress) -> int:
     """`dbt test` over whole tables (var cdc_checks all, tag cdc_audit included): the check a
-    normal run scopes to its batch, run on demand (README "Checks: batch and audit")."""
+    normal run scopes to its batch, run on demand (docs/operations.md "Checks: batch and audit")."""
     dbt = Dbt(args.project_dir, target.name, {"cdc_raw_schema": target.raw_schema, "cdc_checks": "all"})
     progress.step("dbt test over whole tables (audit)")
     failed = dbt.build(list(args.select), False, command="test")

@@ -1,4 +1,4 @@
-"""Kafka sources (README "Reading from Kafka and Event Hubs"): CES and Debezium events read
+"""Kafka sources (docs/channels.md "Reading from Kafka and Event Hubs"): CES and Debezium events read
 straight from Kafka topics (Event Hubs' Kafka endpoint included) into the raw table.
 
 A source is declared in `dbt_project.yml` (vars `cdc_kafka_sources`, one entry per name): its
@@ -265,7 +265,7 @@ def stored_offsets(spark, raw: str, source: str) -> tuple[bool, dict[tuple[str, 
 def _remedy(source: KafkaSource) -> str:
     if source.channel == "debezium":
         snapshot = ("take a snapshot of the source's tables (an ad hoc blocking snapshot, which reconciles the "
-                    "marts: README \"Snapshots\")")
+                    "marts: docs/landing.md \"Snapshots\")")
     else:
         snapshot = ("CES sends no snapshot, so the affected marts stay without those changes until rebuilt from a "
                     "source that has them")

@@ -1,6 +1,6 @@
 """Lands files from the landing folder into the one raw table, `<raw schema>.landed_rows`.
 
-Landing contract (README "Landing"): `change_tables/<capture_instance>/` and
+Landing contract (docs/landing.md "Landing"): `change_tables/<capture_instance>/` and
 `cdc_metadata/{lsn_time_mapping,change_tables,captured_columns}/`, files in any sub-folder, as
 Parquet (`.parquet`), CSV with a header (`.csv`) or JSON lines (`.json`, `.jsonl`); and `ces/`
 (optionally `ces/<event hub or topic>/`), CloudEvents as JSON lines; `debezium/` (optionally
@@ -16,7 +16,7 @@ never landed again, so re-running over the same files adds nothing twice, and on
 was landed with another size or time fails the run (exports are immutable). Each batch is one
 Delta commit, so a killed landing leaves every file landed whole or not at all.
 
-Export manifests (README "Export manifests"): a `*.manifest.json` file in a capture instance's
+Export manifests (docs/landing.md "Export manifests"): a `*.manifest.json` file in a capture instance's
 folder lists one export's files with their row counts and the LSN range it covers. Python reads
 and checks them here (structure, listed files present, sizes); the macro land_files counts the
 listed files' rows before they land and lands each manifest, as one raw row of landing kind
@@ -193,9 +193,9 @@ def _apply_manifest(landing_dir: Path, manifest: dict, entries: dict[str, dict],
 
 
 def _read_manifest(path: Path, kind: str, entity: str) -> dict[str, object]:
-    """The fields of a manifest, checked. An export of changes (kind `manifest`, README "Export
+    """The fields of a manifest, checked. An export of changes (kind `manifest`, docs/landing.md "Export
     manifests"): capture_instance (its folder's), through_lsn (inclusive), after_lsn (exclusive,
-    optional: the previous export's through_lsn). A snapshot (kind `snapshot_manifest`, README
+    optional: the previous export's through_lsn). A snapshot (kind `snapshot_manifest`, docs/landing.md
     "Snapshots"): table (its folder's), snapshot_lsn (the LSN it is consistent at). Both: files
     [{path (relative to the manifest), rows, bytes (optional)}]. The LSNs, in `lsns`, are checked
     by land_files (they parse in SQL, like every other LSN). Raises ManifestError."""

@@ -7,7 +7,7 @@ acquires a file still naming a holder knows that holder died without releasing i
 
 Where the lock lives: for an embedded (`session`) target, in its state folder beside the metastore
 and warehouse; for a server target (`thrift`, `http`), in the project's `.state/locks/`, one file per
-server address and schema, so it excludes runners on this machine only (README "One runner at a
+server address and schema, so it excludes runners on this machine only (docs/operations.md "One runner at a
 time").
 """
 

@@ -42,7 +42,7 @@ def tracked_tables(project_dir: Path) -> list[TableSpec]:
     specs = []
     for name, table in declared.items():
         try:
-            # with several capture instances an ordinal is optional: its position (README "Capture-instance changes")
+            # with several capture instances an ordinal is optional: its position (docs/tables.md "Capture-instance changes")
             instances = table.get("capture_instances")
             columns = tuple(Column(c["name"], str(c["type"]), int(c["ordinal"] if not instances else c.get("ordinal", i)))
                             for i, c in enumerate(table["columns"], 1))
@@ -70,11 +70,11 @@ def check_model_files(project_dir: Path) -> None:
         if missing := [n for n in names if n not in present]:
             problems.append(f"tracked table '{t.name}' has no model file {', '.join(missing)}")
     if problems:
-        raise UsageError("; ".join(problems) + " (README \"Declaring a tracked table\" shows them; "
+        raise UsageError("; ".join(problems) + " (docs/tables.md \"Declaring a tracked table\" shows them; "
                          "`python -m runner scaffold` writes them for change-table instances)")
 
 
-# The thin model file of each channel's staging model, as README "Declaring a tracked table" shows.
+# The thin model file of each channel's staging model, as docs/tables.md "Declaring a tracked table" shows.
 STAGING_MACROS = {"change_tables": "stage_change_table", "ces": "stage_ces_table",
                   "debezium": "stage_debezium_table"}
 _NOT_COPIED = {".venv", ".state", "landing", "target", "logs", "tests", ".git", "bench"}
@@ -83,7 +83,7 @@ _NOT_COPIED = {".venv", ".state", "landing", "target", "logs", "tests", ".git", 
 def copy_project(source: Path, destination: Path, tables: dict[str, dict], replace: bool = False,
                  drop: tuple[str, ...] = ()) -> Path:
     """A copy of the project at `source` with `tables` declared (added to the declared ones, or
-    instead of them with replace=True) and their thin model files written, exactly as README's
+    instead of them with replace=True) and their thin model files written, exactly as docs/tables.md's
     "Declaring a tracked table" tells a user to do. With replace, the replaced tables' model files
     and model YAML go; the caller documents the new models if it wants their tests. `drop` names
     declared tables to remove with their model files and model YAML entries, keeping the rest
@@ -118,7 +118,7 @@ def copy_project(source: Path, destination: Path, tables: dict[str, dict], repla
 
 
 def write_model_files(project_dir: Path, name: str, channel: str) -> list[str]:
-    """Writes the four thin model files of a tracked table where README "Declaring a tracked
+    """Writes the four thin model files of a tracked table where docs/tables.md "Declaring a tracked
     table" puts them, unless a file of that name exists anywhere under models/; returns what it
     wrote."""
     present = {p.name for p in (project_dir / "models").rglob("*.sql")}

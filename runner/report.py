@@ -85,5 +85,5 @@ def landing_lines(begun: dict[str, object]) -> list[str]:
     if without:
         lines.append(f"WARNING capture instance(s) {', '.join(without)} land without export manifests: their marts advance to "
                      "the largest landed lsn_time_mapping LSN, so rows of theirs exported later than that mapping are "
-                     "never applied (README \"Export manifests\")")
+                     "never applied (docs/landing.md \"Export manifests\")")
     return lines

@@ -1,5 +1,5 @@
 """`python -m runner scaffold`: the declaration, the four thin model files and the YAML docs of
-each captured table, from the CDC metadata exports in the landing folder (README "Scaffolding").
+each captured table, from the CDC metadata exports in the landing folder (docs/tables.md "Scaffolding").
 
 Reads `cdc_metadata/captured_columns/` (names, ordinals, `column_type`, and the lengths,
 precisions and scales of an INFORMATION_SCHEMA join when exported), `cdc_metadata/change_tables/`
@@ -157,7 +157,7 @@ def describe(metadata: dict[str, list[dict]], keys: dict[str, list[str]]) -> lis
 
 
 def _one_per_table(described: list[Captured], rows: dict[str, dict]) -> list[Captured]:
-    """Capture instances of the same source table as one table with several (README
+    """Capture instances of the same source table as one table with several (docs/tables.md
     "Capture-instance changes"), oldest first (by start_lsn): the columns any of them captures
     (the older ones' first), each typed as the newest instance that captures it declares it, and
     the newest one's key."""
@@ -230,7 +230,7 @@ def _declare(project_dir: Path, captured: Captured) -> list[str]:
     wanted = {**captured.declaration(), **{k: v for k, v in (existing or {}).items() if k not in OWNED}}
     dropped = {i.get("name") for i in (existing or {}).get("capture_instances") or [] if isinstance(i, dict) and i.get("dropped")}
     for instance in wanted.get("capture_instances", []):
-        if instance["name"] in dropped:  # the user's mark (README "Capture-instance changes") stays
+        if instance["name"] in dropped:  # the user's mark (docs/tables.md "Capture-instance changes") stays
             instance["dropped"] = True
     if existing == wanted:
         return []
@@ -256,7 +256,7 @@ def _declare(project_dir: Path, captured: Captured) -> list[str]:
     if written != wanted:
         path.write_text(text)
         raise UsageError(f"scaffold: could not write the declaration of {captured.name} into dbt_project.yml "
-                         "(its layout is not the one README shows); dbt_project.yml was left as it was")
+                         "(its layout is not the one docs/tables.md shows); dbt_project.yml was left as it was")
     return ["declaration " + ("updated" if existing else "written")]
 
 
@@ -302,7 +302,7 @@ class _IndentedDumper(yaml.SafeDumper):
 
 def mart_checks(name: str, key: list[str], columns: list[str]) -> dict[str, list[dict]]:
     """The data tests of a table's current and history marts, as the demo's carry them: key tests
-    scoped to the run, whole-table ones tagged cdc_audit (README "Checks: batch and audit")."""
+    scoped to the run, whole-table ones tagged cdc_audit (docs/operations.md "Checks: batch and audit")."""
     return {
         "current": [{"sqlserver_cdc.primary_key": {
             "arguments": {"columns": key}, "config": {"where": "commit_lsn is null or commit_lsn > __cdc_watermark__"}}}],
@@ -360,7 +360,7 @@ def model_properties(captured: Captured) -> dict[str, list[dict]]:
     intermediate = {
         "name": f"int_{name}__transactions",
         "description": f"Net changes of {source} per key and committed transaction in the run's window, computed once "
-                       f"and applied by {name}_current and {name}_history. See README \"Marts\".",
+                       f"and applied by {name}_current and {name}_history. See docs/marts.md \"Marts\".",
         "columns": [
             *[c for c in columns("transaction_column") if c["name"] in key],
             {"name": "commit_lsn", "description": "{{ doc('transaction_commit_lsn') }}"},
@@ -373,7 +373,7 @@ def model_properties(captured: Captured) -> dict[str, list[dict]]:
     current = {
         "name": f"{name}_current",
         "description": f"Current state of {source} (SCD type 1) as of the mart's watermark: one row per key, with the "
-                       "commit LSN, commit time and operation of the last change. See README \"Marts\".",
+                       "commit LSN, commit time and operation of the last change. See docs/marts.md \"Marts\".",
         "data_tests": checks["current"],
         "columns": [
             *columns("captured_column"),
@@ -389,7 +389,7 @@ def model_properties(captured: Captured) -> dict[str, list[dict]]:
     history = {
         "name": f"{name}_history",
         "description": f"History of {source} (SCD type 2): one version per key per committed transaction that changed "
-                       "it, with validity ranges in LSNs and commit times. See README \"Marts\".",
+                       "it, with validity ranges in LSNs and commit times. See docs/marts.md \"Marts\".",
         "data_tests": checks["history"],
         "columns": [
             *columns("captured_column"),

@@ -1,4 +1,4 @@
-"""A scheduled run that finds nothing new exits before starting Spark (README "The runner").
+"""A scheduled run that finds nothing new exits before starting Spark (docs/operations.md "The runner").
 
 After a plain run (`run` without --full-refresh, --select or --upper-lsn) of an embedded
 (`session`) target succeeds, the runner records a fingerprint of what it saw, beside the lock in

@@ -142,7 +142,7 @@ def assert_raw_read_by_batch(pipeline: Pipeline, after_execution: int) -> dict:
     files of earlier batches), and returns the run's ledger row."""
     run = pipeline.rows("select * from {s}.cdc_runs order by run_id desc limit 1")[0]
     landed = sum(run["landed"].values())
-    # known exception (README "Performance"): the landed-files check reads the file columns of every row
+    # known exception (docs/performance.md "Performance"): the landed-files check reads the file columns of every row
     scans = [s for s in table_scans(pipeline.spark, after_execution, "landed_rows")
              if not s["columns"].startswith("struct<_source_file:string,_source_size:bigint")]
     assert scans and all(s["number of output rows"] <= landed for s in scans), (landed, scans)

@@ -246,7 +246,7 @@ final as (
         lower(coalesce(snapshot_text, 'false')) in ('true', 'last', 'first', 'first_in_data_collection',
             'last_in_data_collection', 'incremental') as is_snapshot,
         -- where a snapshot row stands in its snapshot: first, true, last, first_in_data_collection,
-        -- last_in_data_collection or incremental (README "Snapshots": `last` completes one)
+        -- last_in_data_collection or incremental (docs/landing.md "Snapshots": `last` completes one)
         case when lower(snapshot_text) != 'false' then lower(snapshot_text) end as snapshot_marker,
         timestamp_millis(ts_ms) as commit_time,
         before_values,

@@ -134,7 +134,7 @@
         and staged.operation != 'snapshot'
 {%- endmacro %}
 
-{#- The changes of a table with several capture instances (README "Capture-instance changes"):
+{#- The changes of a table with several capture instances (docs/tables.md "Capture-instance changes"):
     a change two instances both captured (same commit LSN, change LSN, operation and key) comes
     once, each column from the latest instance that captures it, the masks ORed (they are in the
     table's ordinals already, see stage_change_table). A column some instance does not capture
@@ -278,6 +278,6 @@
     {%- set strategy = config.get('incremental_strategy') -%}
     {%- set file_format = config.get('file_format') -%}
     {%- if execute and (strategy != 'merge' or file_format not in ('delta', 'iceberg', 'hudi')) -%}
-        {{ exceptions.raise_compiler_error("tracked table '" ~ t.name ~ "' (" ~ this.identifier ~ "): marts are applied by MERGE; configure incremental_strategy: merge and file_format: delta (got incremental_strategy " ~ strategy ~ ", file_format " ~ file_format ~ "; see README \"Storage: Delta Lake\")") }}
+        {{ exceptions.raise_compiler_error("tracked table '" ~ t.name ~ "' (" ~ this.identifier ~ "): marts are applied by MERGE; configure incremental_strategy: merge and file_format: delta (got incremental_strategy " ~ strategy ~ ", file_format " ~ file_format ~ "; see docs/operations.md \"Storage: Delta Lake\")") }}
     {%- endif -%}
 {%- endmacro %}

@@ -32,7 +32,7 @@ when not matched and src.operation is not null then insert *
 
 {#- dbt-spark's merge strategy, taken over for the marts (which need deletes); every other model
     keeps dbt-spark's merge. Active through the root project's dispatch config for namespace
-    'dbt' (README "Storage: Delta Lake"). -#}
+    'dbt' (docs/operations.md "Storage: Delta Lake"). -#}
 {% macro spark__get_merge_sql(target, source, unique_key, dest_columns, incremental_predicates) -%}
     {%- set meta = config.get('meta') or {} -%}
     {%- if meta.get('cdc_mart') -%}

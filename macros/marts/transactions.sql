@@ -44,7 +44,7 @@ changes as (
 {%- set change_columns = ['commit_lsn', 'change_lsn', 'command_id', 'operation_code', 'update_mask', 'commit_time']
     + t.key + non_key + ['_from_snapshot'] %}
 
--- Debezium snapshots (README "Snapshots"): a key alive before a complete snapshot that it lacks is
+-- Debezium snapshots (docs/landing.md "Snapshots"): a key alive before a complete snapshot that it lacks is
 -- deleted at its LSN; a snapshot row equal to the key's state before it is no change, one that
 -- differs names the columns that do
 reconciled_changes as (
@@ -118,7 +118,7 @@ transactions as (
 
 {%- if window.snapshot %}
 
--- the table's snapshot at the window's lower bound (README "Snapshots"): the changes above apply on
+-- the table's snapshot at the window's lower bound (docs/landing.md "Snapshots"): the changes above apply on
 -- top of it; it reconciles what the marts hold
 snapshot as (
     -- distinct: a snapshot landed twice (under another name) counts once
@@ -302,7 +302,7 @@ where false
             ~ row['needed_lsn'] ~ ' but capture instance ' ~ t.instances | map(attribute='name') | join(' / ') ~ ' now starts at ' ~ row['available_lsn']
             ~ '; changes ' ~ row['needed_lsn'] ~ ' to ' ~ row['removed_to_lsn'] ~ ' were removed by cleanup before they'
             ~ ' were processed. Land a snapshot of ' ~ t.name ~ ' taken at or after LSN ' ~ row['removed_to_lsn']
-            ~ ' (README "Snapshots"): it reconciles the marts and keeps their history') }}
+            ~ ' (docs/landing.md "Snapshots"): it reconciles the marts and keeps their history') }}
     {%- endif -%}
     {%- set window = {'lower': literal(row['lower_lsn']), 'upper': literal(row['upper_lsn']),
         'lower_batch': literal(row['lower_batch']), 'upper_batch': literal(row['upper_batch']),
@@ -314,7 +314,7 @@ where false
     {{ return(window) }}
 {%- endmacro %}
 
-{#- The complete Debezium snapshots of table t up to `upper` (README "Snapshots"):
+{#- The complete Debezium snapshots of table t up to `upper` (docs/landing.md "Snapshots"):
     {complete_snapshots: [{lsn, commit_time}] as SQL literals, touch_all}. A snapshot is complete
     when a row of it is marked `last` (the end of the whole snapshot, whichever table it is in)
     or, for this table, `last_in_data_collection`, and the table has rows in it; an incremental

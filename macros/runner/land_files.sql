@@ -86,7 +86,7 @@
     {{ return({'landed': selects | length, 'refused': refusals, 'waiting': waiting | sort}) }}
 {%- endmacro %}
 
-{#- The checks of export manifests about to land (README "Export manifests"), which refuse a
+{#- The checks of export manifests about to land (docs/landing.md "Export manifests"), which refuse a
     manifest and every file it lists (adding them to `refused`) unless its LSNs parse, after_lsn
     is not above through_lsn, and each file it lists has the rows it says: counted from the
     file's view before it lands, or from the raw table for a file landed earlier (reading the

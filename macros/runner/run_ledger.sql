@@ -1,4 +1,4 @@
-{#- The run ledger (README "The run ledger"): one row per runner run in <target schema>.cdc_runs
+{#- The run ledger (docs/operations.md "The run ledger"): one row per runner run in <target schema>.cdc_runs
     (var cdc_ledger_table), a Delta table. begin_run writes the row before the build with the
     window the run applies; the models and hooks of that build read the window from it (var
     cdc_runner, which the runner sets); finish_run (on-run-end) closes it with the outcome and
@@ -183,7 +183,7 @@
     {{ log('sqlserver_cdc.begin_run ' ~ tojson(payload), info=true) }}
 {%- endmacro %}
 
-{#- The snapshots landed in batch `batch_id` that will never apply (README "Snapshots"): at or
+{#- The snapshots landed in batch `batch_id` that will never apply (docs/landing.md "Snapshots"): at or
     below the watermark of one of their table's marts, as "<table>: ..." texts. -#}
 {% macro _stale_snapshots(raw, batch_id) -%}
     {%- set stale = [] -%}
@@ -198,7 +198,7 @@
     {{ return(stale) }}
 {%- endmacro %}
 
-{#- The change-table cut that export manifests allow (README "Export manifests"):
+{#- The change-table cut that export manifests allow (docs/landing.md "Export manifests"):
     {exported, manifests_from, cut, held_back, without_manifest, gaps}.
     exported: per capture instance with manifests, the LSN its exports cover without a gap (the
     previous run's value, raised by the manifests landed since `since` or, while one waits beyond
@@ -261,7 +261,7 @@
         'held_back': held_back, 'without_manifest': without, 'gaps': gaps}) }}
 {%- endmacro %}
 
-{#- How far a change-table table's exports reach (README "Capture-instance changes"): the
+{#- How far a change-table table's exports reach (docs/tables.md "Capture-instance changes"): the
     smallest exported LSN of its capture instances with manifests that are not declared dropped
     (while two run side by side, each holds the changes only it captures), else the largest of
     the dropped ones'; none when no instance has manifests. exported: capture instance (lower

@@ -1,6 +1,6 @@
 {#- Private helpers shared by the staging macros of every channel. -#}
 
-{#- Typed staging is an incremental Delta table appended once per landing batch (README "Typed
+{#- Typed staging is an incremental Delta table appended once per landing batch (docs/marts.md "Typed
     staging"): each landed record is decoded, typed and validated once, and later models read
     the typed rows, never the raw maps again. In a runner's build each commit of the table
     records the run's batch id in its commit metadata (a pre-hook sets the session's Delta

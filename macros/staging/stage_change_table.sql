@@ -1,6 +1,6 @@
 {#- Staging for one tracked table fed by change tables: the landed rows of its capture instances
-    (README "Capture-instance changes"), typed, `__$` names renamed, operation decoded, the
-    update mask in the table's ordinals, capture_instance the instance a row came from; and the rows of its snapshots (README
+    (docs/tables.md "Capture-instance changes"), typed, `__$` names renamed, operation decoded, the
+    update mask in the table's ordinals, capture_instance the instance a row came from; and the rows of its snapshots (docs/landing.md
     "Snapshots") as rows with operation `snapshot` at the snapshot's LSN (commit and change LSN),
     no update mask. An incremental Delta table appended per
     landing batch: every landed row is decoded once and comes out once; rows that cannot be

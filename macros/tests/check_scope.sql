@@ -1,4 +1,4 @@
-{#- Batch-scoped data tests (README "Checks: batch and audit"). A data test's `config: where:`
+{#- Batch-scoped data tests (docs/operations.md "Checks: batch and audit"). A data test's `config: where:`
     may hold these tokens, expanded when the test runs:
     - __cdc_run_batches__: on a staging table, the rows of the landing batches this run took in
       (from the run ledger; without a runner run, the latest batch staged);

@@ -2,7 +2,7 @@
     the offending key values, how often each occurs and why (`failure`: 'duplicated' or 'NULL
     part'). With `counted_where`, only rows meeting that condition count (a staging table's
     trusted rows: quarantined copies are neither duplicates nor incomplete keys). Use the test's
-    `config: where:` to restrict the rows read (README "Checks: batch and audit"). Columns in
+    `config: where:` to restrict the rows read (docs/operations.md "Checks: batch and audit"). Columns in
     `nullable` may be NULL (a NULL counts as a value: staging's capture_instance of snapshot rows). -#}
 {% test primary_key(model, columns, counted_where=none, nullable=[]) %}
     {%- set null_part -%}

@@ -75,7 +75,7 @@
     }) }}
 {%- endmacro %}
 
-{#- The capture instances of a change-table table (README "Capture-instance changes"), validated:
+{#- The capture instances of a change-table table (docs/tables.md "Capture-instance changes"), validated:
     [{name, columns, dropped}], each instance's columns (name, type, ordinal) with the ordinals of
     its captured-column list; capture_instances lists each instance's captured columns in order
     (and dropped: true once it is dropped and its last export landed), a lone capture_instance

@@ -66,7 +66,7 @@
 {%- endmacro %}
 
 {#- `expr` (the change-table capture high-water mark), held at the cut export manifests allow
-    (README "Export manifests") for a plain dbt build: the smallest exported LSN, as the last
+    (docs/landing.md "Export manifests") for a plain dbt build: the smallest exported LSN, as the last
     runner run recorded it in the ledger, of the declared capture instances with manifests (with
     var cdc_export_manifests 'required', an instance without any holds every mart: NULL). Read
     when a build executes; otherwise, and when no runner run recorded exports, `expr` as is. -#}

@@ -1,4 +1,4 @@
-"""Capture-instance changes (README "Capture-instance changes"): a table switched to a second
+"""Capture-instance changes (docs/tables.md "Capture-instance changes"): a table switched to a second
 capture instance that adds a column and leaves one out, both instances running side by side for a
 while, then the first dropped. The marts equal the source as of each run's cut, nothing comes
 twice, the added column appears in the existing marts (NULL before it was captured) without a

@@ -1,4 +1,4 @@
-"""Export manifests (README "Export manifests"): the change-table cut is the smallest LSN every
+"""Export manifests (docs/landing.md "Export manifests"): the change-table cut is the smallest LSN every
 declared capture instance's exports reach, so a lagging export holds the marts back instead of
 losing its rows; files cut short are refused whole and block nothing else."""
 

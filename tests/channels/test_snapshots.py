@@ -1,4 +1,4 @@
-"""Snapshots (README "Snapshots"): an initial snapshot establishes each table's state at its LSN
+"""Snapshots (docs/landing.md "Snapshots"): an initial snapshot establishes each table's state at its LSN
 (changes at or below it ignored, later ones applied on top, history opening at the snapshot); a
 cleanup gap is remedied by a new snapshot, which reconciles (keys it lacks deleted at its LSN,
 changed rows a version, unchanged rows nothing) and keeps the history before the gap."""

@@ -6,6 +6,7 @@ a longer cycle; test modules sit in folders mirroring the code and never import 
 from __future__ import annotations
 
 import ast
+import re
 
 from tests.conftest import PROJECT_DIR
 
@@ -108,3 +109,37 @@ def test_test_modules_share_helpers_not_each_other():
                 offenders.append(f"{path.relative_to(tests)} imports {node.module}")
     assert offenders == []
     assert not list(tests.glob("test_*.py")), "a test module outside the layout's folders"
+
+
+def _slug(title: str) -> str:
+    return re.sub(r"[^\w\- ]", "", title.strip().lower()).replace(" ", "-")
+
+
+def test_readme_maps_every_doc_page_and_topic_and_every_link_resolves():
+    """A newcomer goes from README to any topic in one link: README links every page of docs/ and
+    every section of each; every relative link of README and docs/ names an existing file and,
+    with an anchor, an existing heading of it."""
+    docs = sorted((PROJECT_DIR / "docs").glob("*.md"))
+    assert len(docs) >= 6
+    headings = {}
+    for page in [PROJECT_DIR / "README.md", *docs]:
+        fenced, found = False, set()
+        for line in page.read_text().split("\n"):
+            fenced = fenced != line.startswith("```")
+            if not fenced and re.match(r"^#{1,4} ", line):
+                found.add(_slug(line.lstrip("#")))
+        headings[page.resolve()] = found
+    readme = (PROJECT_DIR / "README.md").read_text()
+    linked = set(re.findall(r"\]\((docs/[^)#]+\.md)(?:#([^)]+))?\)", readme))
+    for page in docs:
+        relative = f"docs/{page.name}"
+        assert (relative, "") in linked, f"README does not link {relative}"
+        for slug in headings[page.resolve()] - {_slug(page.read_text().split(chr(10))[0].lstrip("#"))}:
+            assert (relative, slug) in linked, f"README's map lacks {relative}#{slug}"
+    broken = []
+    for page in [PROJECT_DIR / "README.md", *docs]:
+        for target, anchor in re.findall(r"\]\(([^)#:\s]*)(?:#([^)\s]+))?\)", page.read_text()):
+            file = (page.parent / target).resolve() if target else page.resolve()
+            if not file.exists() or (anchor and file.suffix == ".md" and anchor not in headings.get(file, set())):
+                broken.append(f"{page.name}: ({target}#{anchor})")
+    assert broken == []

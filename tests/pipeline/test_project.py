@@ -51,7 +51,7 @@ def test_every_model_has_a_key_test():
 
 
 def test_every_data_test_is_scoped_to_the_run_or_an_audit():
-    """README "Checks: batch and audit": a data test on a model reads what the run changed (a
+    """docs/operations.md "Checks: batch and audit": a data test on a model reads what the run changed (a
     scope token in its `where`) or carries the tag cdc_audit, which incremental runs leave out;
     otherwise every run would scan a whole table. The one exception reads the captured-columns
     metadata, whose size is that of the declarations."""

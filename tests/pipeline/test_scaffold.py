@@ -1,4 +1,4 @@
-"""Scaffolding (README "Scaffolding"): declarations, model files and YAML docs of captured tables
+"""Scaffolding (docs/tables.md "Scaffolding"): declarations, model files and YAML docs of captured tables
 from their landed metadata, equal to the hand-written demo ones; running it twice changes
 nothing; a build passes on the result."""
 
@@ -98,7 +98,7 @@ def test_scaffold_declares_the_demo_tables_from_their_landed_metadata(spark, tmp
 
 
 def test_two_capture_instances_of_one_table_are_declared_as_one_table(tmp_path):
-    """The capture instances of one source table become one table with several (README
+    """The capture instances of one source table become one table with several (docs/tables.md
     "Capture-instance changes"), oldest first, equal to the hand-written declaration of
     tests/channels/test_capture_instances.py; a `dropped: true` the user added stays on the next run."""
     from tests.scenarios import NEW, OLD, TYPES
