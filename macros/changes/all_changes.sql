@@ -6,7 +6,7 @@
     {{ return(adapter.dispatch('all_changes', 'sqlserver_cdc')(relation, columns, row_filter, from_lsn, to_lsn, capture_instance)) }}
 {%- endmacro %}
 
-{% macro default__all_changes(relation, columns, row_filter, from_lsn, to_lsn, capture_instance) -%}
+{% macro spark__all_changes(relation, columns, row_filter, from_lsn, to_lsn, capture_instance) -%}
     {%- if row_filter not in ('all', 'all update old') -%}
         {{ exceptions.raise_compiler_error("all_changes: row_filter must be 'all' or 'all update old'; got '" ~ row_filter ~ "'") }}
     {%- endif -%}
@@ -27,4 +27,8 @@
         {%- endif %}
         order by commit_lsn, change_lsn, command_id, operation_code
     )
+{%- endmacro %}
+
+{% macro default__all_changes(relation, columns, row_filter, from_lsn, to_lsn, capture_instance) -%}
+    {{ exceptions.raise_compiler_error(sqlserver_cdc._not_supported('all_changes')) }}
 {%- endmacro %}

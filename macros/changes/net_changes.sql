@@ -21,7 +21,7 @@
         from_lsn, to_lsn, capture_instance, extra_columns, max_mask_bytes)) }}
 {%- endmacro %}
 
-{% macro default__net_changes(relation, key_columns, columns, row_filter, from_lsn, to_lsn,
+{% macro spark__net_changes(relation, key_columns, columns, row_filter, from_lsn, to_lsn,
                               capture_instance, extra_columns, max_mask_bytes) -%}
     {%- if row_filter not in ('all', 'all with mask', 'all with merge') -%}
         {{ exceptions.raise_compiler_error("net_changes: row_filter must be 'all', 'all with mask' or 'all with merge'; got '" ~ row_filter ~ "'") }}
@@ -94,4 +94,9 @@
         from _by_key
         where _last is not null and not (_first_op = 2 and {{ last_op }} = 1)
     )
+{%- endmacro %}
+
+{% macro default__net_changes(relation, key_columns, columns, row_filter, from_lsn, to_lsn,
+                              capture_instance, extra_columns, max_mask_bytes) -%}
+    {{ exceptions.raise_compiler_error(sqlserver_cdc._not_supported('net_changes')) }}
 {%- endmacro %}

@@ -6,7 +6,7 @@
     {{ return(adapter.dispatch('validate_lsn_window', 'sqlserver_cdc')(capture_instance, from_lsn, to_lsn)) }}
 {%- endmacro %}
 
-{% macro default__validate_lsn_window(capture_instance, from_lsn, to_lsn) -%}
+{% macro spark__validate_lsn_window(capture_instance, from_lsn, to_lsn) -%}
     {%- set low = sqlserver_cdc.min_lsn(capture_instance) -%}
     {%- set high = sqlserver_cdc.max_lsn() -%}
     (case
@@ -20,6 +20,10 @@
             ))
         else true
     end)
+{%- endmacro %}
+
+{% macro default__validate_lsn_window(capture_instance, from_lsn, to_lsn) -%}
+    {{ exceptions.raise_compiler_error(sqlserver_cdc._not_supported('validate_lsn_window')) }}
 {%- endmacro %}
 
 {#- The rows of relation inside the closed window, with the validity check when asked. -#}

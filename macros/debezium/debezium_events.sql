@@ -16,7 +16,7 @@
     {{ return(adapter.dispatch('debezium_events', 'sqlserver_cdc')(relation, prior, prior_floor)) }}
 {%- endmacro %}
 
-{% macro default__debezium_events(relation, prior=none, prior_floor=none) -%}
+{% macro spark__debezium_events(relation, prior=none, prior_floor=none) -%}
 {%- set column_schema = 'array<struct<field: string, type: string, name: string, parameters: map<string, string>>>' -%}
 {%- set value_schema = 'struct<fields: array<struct<field: string, type: string, name: string, '
     ~ 'parameters: map<string, string>, fields: ' ~ column_schema ~ '>>>' -%}
@@ -271,6 +271,10 @@ final as (
 )
 
 select * from final
+{%- endmacro %}
+
+{% macro default__debezium_events(relation, prior=none, prior_floor=none) -%}
+    {{ exceptions.raise_compiler_error(sqlserver_cdc._not_supported('debezium_events')) }}
 {%- endmacro %}
 
 {#- An Avro-JSON union value ({"string": "x"}, {"long": 1}, {"server1.dbo.t.Value": {...}}) as

@@ -12,7 +12,7 @@
     {{ return(adapter.dispatch('debezium_value_text', 'sqlserver_cdc')(value, encoding, scale, digits, sqlserver_type)) }}
 {%- endmacro %}
 
-{% macro default__debezium_value_text(value, encoding, scale, digits, sqlserver_type) -%}
+{% macro spark__debezium_value_text(value, encoding, scale, digits, sqlserver_type) -%}
     {%- set integer = 'try_cast(' ~ value ~ ' as bigint)' -%}
     {%- set branches = sqlserver_cdc._debezium_value_branches(value, scale, digits) -%}
     {%- set plausible = sqlserver_cdc._plausible_encodings(sqlserver_type) -%}
@@ -26,6 +26,10 @@
         else {{ value }}
     end)
     {%- endif -%}
+{%- endmacro %}
+
+{% macro default__debezium_value_text(value, encoding, scale, digits, sqlserver_type) -%}
+    {{ exceptions.raise_compiler_error(sqlserver_cdc._not_supported('debezium_value_text')) }}
 {%- endmacro %}
 
 {#- The encodings a value of a declared type can arrive in (none: any), so a column's decoding
@@ -84,6 +88,10 @@
     column's name, the value as sent, its encoding; sqlserver_type narrows the descriptions to
     the encodings the declared type can arrive in). -#}
 {% macro debezium_value_invalid_reason(column_name, value, encoding, sqlserver_type=none) -%}
+    {{ return(adapter.dispatch('debezium_value_invalid_reason', 'sqlserver_cdc')(column_name=column_name, value=value, encoding=encoding, sqlserver_type=sqlserver_type)) }}
+{%- endmacro %}
+
+{% macro spark__debezium_value_invalid_reason(column_name, value, encoding, sqlserver_type=none) -%}
     {%- set plausible = sqlserver_cdc._plausible_encodings(sqlserver_type) -%}
     concat('column ', {{ column_name }}, ': value "', {{ value }}, '" is not a valid ', {{ encoding }},
         case {{ encoding }}
@@ -92,6 +100,10 @@
             {%- endfor %}
             else ''
         end)
+{%- endmacro %}
+
+{% macro default__debezium_value_invalid_reason(column_name, value, encoding, sqlserver_type=none) -%}
+    {{ exceptions.raise_compiler_error(sqlserver_cdc._not_supported('debezium_value_invalid_reason')) }}
 {%- endmacro %}
 
 {#- What each encoding holds, for quarantine reasons. -#}

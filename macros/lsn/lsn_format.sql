@@ -4,7 +4,7 @@
     {{ return(adapter.dispatch('lsn_format', 'sqlserver_cdc')(lsn, form)) }}
 {%- endmacro %}
 
-{% macro default__lsn_format(lsn, form) -%}
+{% macro spark__lsn_format(lsn, form) -%}
     {%- if form == 'tsql' -%}
         concat('0x', {{ lsn }})
     {%- elif form in ('debezium', 'ces') -%}
@@ -19,4 +19,8 @@
     {%- else -%}
         {{ exceptions.raise_compiler_error("lsn_format: form must be one of 'tsql', 'debezium', 'ces', 'numeric', got '" ~ form ~ "'") }}
     {%- endif -%}
+{%- endmacro %}
+
+{% macro default__lsn_format(lsn, form) -%}
+    {{ exceptions.raise_compiler_error(sqlserver_cdc._not_supported('lsn_format')) }}
 {%- endmacro %}

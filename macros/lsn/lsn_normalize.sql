@@ -7,7 +7,7 @@
     {{ return(adapter.dispatch('lsn_normalize', 'sqlserver_cdc')(expr, input_type)) }}
 {%- endmacro %}
 
-{% macro default__lsn_normalize(expr, input_type) -%}
+{% macro spark__lsn_normalize(expr, input_type) -%}
     {%- set t = sqlserver_cdc._lsn_text(expr, input_type) -%}
     (case
         when {{ t }} rlike '^(0[xX])?[0-9A-Fa-f]{20}$' then upper(right({{ t }}, 20))
@@ -17,6 +17,10 @@
             then upper(substr({{ t }}, 38, 20))
         when {{ t }} rlike '^[0-9]{1,25}$' then {{ sqlserver_cdc._lsn_from_numeric_text(t) }}
     end)
+{%- endmacro %}
+
+{% macro default__lsn_normalize(expr, input_type) -%}
+    {{ exceptions.raise_compiler_error(sqlserver_cdc._not_supported('lsn_normalize')) }}
 {%- endmacro %}
 
 {#- Text of an LSN expression: binary becomes hex, strings are trimmed. input_type 'string' or

@@ -4,7 +4,11 @@
     {{ return(adapter.dispatch('map_lsn_to_time', 'sqlserver_cdc')(lsn)) }}
 {%- endmacro %}
 
-{% macro default__map_lsn_to_time(lsn) -%}
+{% macro spark__map_lsn_to_time(lsn) -%}
     (select max(tran_end_time) from {{ ref('stg_cdc_metadata__lsn_time_mapping') }}
         where start_lsn = {{ lsn }})
+{%- endmacro %}
+
+{% macro default__map_lsn_to_time(lsn) -%}
+    {{ exceptions.raise_compiler_error(sqlserver_cdc._not_supported('map_lsn_to_time')) }}
 {%- endmacro %}

@@ -5,7 +5,7 @@
     {{ return(adapter.dispatch('map_time_to_lsn', 'sqlserver_cdc')(relation, time_expr)) }}
 {%- endmacro %}
 
-{% macro default__map_time_to_lsn(relation, time_expr) -%}
+{% macro spark__map_time_to_lsn(relation, time_expr) -%}
     {%- set relations = {
         'largest less than': ('max', '<'),
         'largest less than or equal': ('max', '<='),
@@ -18,4 +18,8 @@
     {%- set agg, op = relations[relation] -%}
     (select {{ agg }}(start_lsn) from {{ ref('stg_cdc_metadata__lsn_time_mapping') }}
         where tran_end_time {{ op }} {{ time_expr }})
+{%- endmacro %}
+
+{% macro default__map_time_to_lsn(relation, time_expr) -%}
+    {{ exceptions.raise_compiler_error(sqlserver_cdc._not_supported('map_time_to_lsn')) }}
 {%- endmacro %}

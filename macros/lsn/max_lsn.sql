@@ -4,6 +4,10 @@
     {{ return(adapter.dispatch('max_lsn', 'sqlserver_cdc')()) }}
 {%- endmacro %}
 
-{% macro default__max_lsn() -%}
+{% macro spark__max_lsn() -%}
     (select max(start_lsn) from {{ ref('stg_cdc_metadata__lsn_time_mapping') }})
+{%- endmacro %}
+
+{% macro default__max_lsn() -%}
+    {{ exceptions.raise_compiler_error(sqlserver_cdc._not_supported('max_lsn')) }}
 {%- endmacro %}

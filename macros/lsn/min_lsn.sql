@@ -4,7 +4,11 @@
     {{ return(adapter.dispatch('min_lsn', 'sqlserver_cdc')(capture_instance)) }}
 {%- endmacro %}
 
-{% macro default__min_lsn(capture_instance) -%}
+{% macro spark__min_lsn(capture_instance) -%}
     (select max(start_lsn) from {{ ref('stg_cdc_metadata__change_tables') }}
         where lower(capture_instance) = lower('{{ capture_instance }}'))
+{%- endmacro %}
+
+{% macro default__min_lsn(capture_instance) -%}
+    {{ exceptions.raise_compiler_error(sqlserver_cdc._not_supported('min_lsn')) }}
 {%- endmacro %}

@@ -7,7 +7,7 @@
     {{ return(adapter.dispatch('as_of', 'sqlserver_cdc')(table_name, lsn, at)) }}
 {%- endmacro %}
 
-{% macro default__as_of(table_name, lsn, at) -%}
+{% macro spark__as_of(table_name, lsn, at) -%}
     {%- set t = sqlserver_cdc.tracked_table(table_name) -%}
     {%- if (lsn is none) == (at is none) -%}
         {{ exceptions.raise_compiler_error("as_of('" ~ table_name ~ "'): give exactly one of lsn (a canonical LSN expression) or at (a timestamp expression)") }}
@@ -25,4 +25,8 @@
             and (valid_to_lsn is null or valid_to_lsn > {{ point }})
             and not is_deleted
     )
+{%- endmacro %}
+
+{% macro default__as_of(table_name, lsn, at) -%}
+    {{ exceptions.raise_compiler_error(sqlserver_cdc._not_supported('as_of')) }}
 {%- endmacro %}

@@ -13,7 +13,7 @@
     {{ return(adapter.dispatch('current_state', 'sqlserver_cdc')(table_name)) }}
 {%- endmacro %}
 
-{% macro default__current_state(table_name) -%}
+{% macro spark__current_state(table_name) -%}
 {%- set t = sqlserver_cdc.tracked_table(table_name) -%}
 {{ config(meta={'cdc_mart': 'current_state', 'cdc_table': table_name}) }}
 {%- do sqlserver_cdc._require_merge(t) -%}
@@ -56,4 +56,8 @@ final as (
 
 select * from final
 {%- endif %}
+{%- endmacro %}
+
+{% macro default__current_state(table_name) -%}
+    {{ exceptions.raise_compiler_error(sqlserver_cdc._not_supported('current_state')) }}
 {%- endmacro %}

@@ -18,7 +18,7 @@
     {{ return(adapter.dispatch('history', 'sqlserver_cdc')(table_name)) }}
 {%- endmacro %}
 
-{% macro default__history(table_name) -%}
+{% macro spark__history(table_name) -%}
 {%- set t = sqlserver_cdc.tracked_table(table_name) -%}
 {{ config(meta={'cdc_mart': 'history', 'cdc_table': table_name}) }}
 {%- do sqlserver_cdc._require_merge(t) -%}
@@ -186,4 +186,8 @@ final as (
 
 select * from final
 {%- endif %}
+{%- endmacro %}
+
+{% macro default__history(table_name) -%}
+    {{ exceptions.raise_compiler_error(sqlserver_cdc._not_supported('history')) }}
 {%- endmacro %}

@@ -8,7 +8,7 @@
     {{ return(adapter.dispatch('mart_merge_sql', 'sqlserver_cdc')(target, source, table_name, mart)) }}
 {%- endmacro %}
 
-{% macro default__mart_merge_sql(target, source, table_name, mart) -%}
+{% macro spark__mart_merge_sql(target, source, table_name, mart) -%}
 {%- set t = sqlserver_cdc.tracked_table(table_name) -%}
 {%- if mart not in ('current_state', 'history') -%}
     {{ exceptions.raise_compiler_error("mart_merge_sql: mart must be 'current_state' or 'history'; got '" ~ mart ~ "'") }}
@@ -28,6 +28,10 @@ when not matched and src.operation is not null{{ ' and not src.is_deleted' if no
 when matched then update set *
 when not matched and src.operation is not null then insert *
 {%- endif %}
+{%- endmacro %}
+
+{% macro default__mart_merge_sql(target, source, table_name, mart) -%}
+    {{ exceptions.raise_compiler_error(sqlserver_cdc._not_supported('mart_merge_sql')) }}
 {%- endmacro %}
 
 {#- dbt-spark's merge strategy, taken over for the marts (which need deletes); every other model

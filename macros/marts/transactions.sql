@@ -15,7 +15,7 @@
     {{ return(adapter.dispatch('transactions', 'sqlserver_cdc')(table_name)) }}
 {%- endmacro %}
 
-{% macro default__transactions(table_name) -%}
+{% macro spark__transactions(table_name) -%}
 {%- set t = sqlserver_cdc.tracked_table(table_name) -%}
 {{ config(meta={'cdc_transactions': table_name}) }}
 {%- set columns = t.columns | map(attribute='name') | list -%}
@@ -210,6 +210,10 @@ select * from final
 -- nothing to do for any mart of the table: no change is read
 where false
 {%- endif %}
+{%- endmacro %}
+
+{% macro default__transactions(table_name) -%}
+    {{ exceptions.raise_compiler_error(sqlserver_cdc._not_supported('transactions')) }}
 {%- endmacro %}
 
 {#- The window of a run of int_<table>__transactions as SQL expressions: {lower, upper,

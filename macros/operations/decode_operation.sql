@@ -14,7 +14,7 @@
     {{ return(adapter.dispatch('decode_operation', 'sqlserver_cdc')(code_expr, channel)) }}
 {%- endmacro %}
 
-{% macro default__decode_operation(code_expr, channel) -%}
+{% macro spark__decode_operation(code_expr, channel) -%}
     {%- set codes = sqlserver_cdc.operation_codes() -%}
     {%- if channel not in codes -%}
         {{ exceptions.raise_compiler_error("decode_operation: channel must be one of " ~ (codes.keys() | list | join(', ')) ~ "; got '" ~ channel ~ "'") }}
@@ -24,6 +24,10 @@
         when '{{ code }}' then '{{ name }}'
         {%- endfor %}
     end)
+{%- endmacro %}
+
+{% macro default__decode_operation(code_expr, channel) -%}
+    {{ exceptions.raise_compiler_error(sqlserver_cdc._not_supported('decode_operation')) }}
 {%- endmacro %}
 
 {#- Change-table codes may arrive as '2', '2.0' or 2; CES and Debezium codes are compared as sent. -#}

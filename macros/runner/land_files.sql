@@ -19,7 +19,7 @@
     {{ return(adapter.dispatch('land_files', 'sqlserver_cdc')(files, batch_id, raw_schema)) }}
 {%- endmacro %}
 
-{% macro default__land_files(files, batch_id, raw_schema=none) -%}
+{% macro spark__land_files(files, batch_id, raw_schema=none) -%}
     {%- set schema = raw_schema or var('cdc_raw_schema', target.schema ~ '_raw') -%}
     {%- set raw = schema ~ '.landed_rows' -%}
     {%- if not batch_id -%}
@@ -84,6 +84,10 @@
     {{ log('land_files: ' ~ selects | length ~ ' new of ' ~ files | length ~ ' files landed in batch ' ~ batch_id
         ~ (', ' ~ refusals | length ~ ' refused' if refusals) ~ (', ' ~ waiting | length ~ ' waiting' if waiting)) }}
     {{ return({'landed': selects | length, 'refused': refusals, 'waiting': waiting | sort}) }}
+{%- endmacro %}
+
+{% macro default__land_files(files, batch_id, raw_schema=none) -%}
+    {{ exceptions.raise_compiler_error(sqlserver_cdc._not_supported('land_files')) }}
 {%- endmacro %}
 
 {#- The checks of export manifests about to land (docs/landing.md "Export manifests"), which refuse a
@@ -185,9 +189,17 @@
 {#- Used by the runner before it lands from Kafka sources (runner/kafka.py appends to the raw
     table itself, with the Kafka clients' secrets that never pass through dbt). -#}
 {% macro ensure_raw_table(raw_schema=none) -%}
+    {{ return(adapter.dispatch('ensure_raw_table', 'sqlserver_cdc')(raw_schema=raw_schema)) }}
+{%- endmacro %}
+
+{% macro spark__ensure_raw_table(raw_schema=none) -%}
     {%- set schema = raw_schema or var('cdc_raw_schema', target.schema ~ '_raw') -%}
     {% do run_query('create schema if not exists ' ~ schema) %}
     {% do run_query(sqlserver_cdc._raw_table_ddl(schema ~ '.landed_rows')) %}
+{%- endmacro %}
+
+{% macro default__ensure_raw_table(raw_schema=none) -%}
+    {{ exceptions.raise_compiler_error(sqlserver_cdc._not_supported('ensure_raw_table')) }}
 {%- endmacro %}
 
 {#- The raw table: every landed record, partitioned by landing kind and entity; a Delta table
@@ -272,8 +284,16 @@
 
 {#- Used by the runner after land_files: the records a batch landed per landing kind and entity. -#}
 {% macro landed_batch_counts(batch_id, raw_schema=none) -%}
+    {{ return(adapter.dispatch('landed_batch_counts', 'sqlserver_cdc')(batch_id=batch_id, raw_schema=raw_schema)) }}
+{%- endmacro %}
+
+{% macro spark__landed_batch_counts(batch_id, raw_schema=none) -%}
     select landing_kind, entity, count(*) as records
     from {{ raw_schema or var('cdc_raw_schema', target.schema ~ '_raw') }}.landed_rows
     where _batch_id = {{ sqlserver_cdc._sql_string(batch_id) }} and landing_kind != 'kafka_offsets'
     group by landing_kind, entity
+{%- endmacro %}
+
+{% macro default__landed_batch_counts(batch_id, raw_schema=none) -%}
+    {{ exceptions.raise_compiler_error(sqlserver_cdc._not_supported('landed_batch_counts')) }}
 {%- endmacro %}

@@ -5,6 +5,10 @@
     cdc.lsn_time_mapping.start_lsn; CES: the events' logicalid; Debezium: the events'
     source.commit_lsn). Rows: channel, upper_lsn. -#}
 {% macro landed_high_water_mark(raw, since_batch='', channels=['change_tables', 'ces', 'debezium']) -%}
+    {{ return(adapter.dispatch('landed_high_water_mark', 'sqlserver_cdc')(raw=raw, since_batch=since_batch, channels=channels)) }}
+{%- endmacro %}
+
+{% macro spark__landed_high_water_mark(raw, since_batch='', channels=['change_tables', 'ces', 'debezium']) -%}
     {%- set since = sqlserver_cdc._sql_string(since_batch) -%}
     {%- set selects = [] -%}
     {%- if 'change_tables' in channels -%}
@@ -27,4 +31,8 @@
     {%- else -%}
     {{ selects | join('\nunion all\n') }}
     {%- endif -%}
+{%- endmacro %}
+
+{% macro default__landed_high_water_mark(raw, since_batch='', channels=['change_tables', 'ces', 'debezium']) -%}
+    {{ exceptions.raise_compiler_error(sqlserver_cdc._not_supported('landed_high_water_mark')) }}
 {%- endmacro %}

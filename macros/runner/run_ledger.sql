@@ -99,6 +99,10 @@
     that the runner reads (with seeds_loaded: every seed of the project is in the warehouse, so
     an incremental build can leave them out). -#}
 {% macro begin_run(files, batch_id, raw_schema=none, upper_lsn=none, force=false, full_refresh=false, stopped=[]) -%}
+    {{ return(adapter.dispatch('begin_run', 'sqlserver_cdc')(files=files, batch_id=batch_id, raw_schema=raw_schema, upper_lsn=upper_lsn, force=force, full_refresh=full_refresh, stopped=stopped)) }}
+{%- endmacro %}
+
+{% macro spark__begin_run(files, batch_id, raw_schema=none, upper_lsn=none, force=false, full_refresh=false, stopped=[]) -%}
     {%- set ledger = sqlserver_cdc.ledger_relation() -%}
     {%- set raw = (raw_schema or var('cdc_raw_schema', target.schema ~ '_raw')) ~ '.landed_rows' -%}
     {% do run_query('create schema if not exists ' ~ ledger.schema) %}
@@ -181,6 +185,10 @@
         'without_manifest': export.without_manifest, 'export_gaps': export.gaps,
         'stale_snapshots': sqlserver_cdc._stale_snapshots(raw, batch_id) if landed else []} -%}
     {{ log('sqlserver_cdc.begin_run ' ~ tojson(payload), info=true) }}
+{%- endmacro %}
+
+{% macro default__begin_run(files, batch_id, raw_schema=none, upper_lsn=none, force=false, full_refresh=false, stopped=[]) -%}
+    {{ exceptions.raise_compiler_error(sqlserver_cdc._not_supported('begin_run')) }}
 {%- endmacro %}
 
 {#- The snapshots landed in batch `batch_id` that will never apply (docs/landing.md "Snapshots"): at or
@@ -314,10 +322,18 @@
 
 {#- The ledger row of the run in progress, or none (no runner run: plain dbt). -#}
 {% macro running_run() -%}
+    {{ return(adapter.dispatch('running_run', 'sqlserver_cdc')()) }}
+{%- endmacro %}
+
+{% macro spark__running_run() -%}
     {%- if not execute or not var('cdc_runner', false) -%}{{ return(none) }}{%- endif -%}
     {%- set rows = run_query("select run_id, since_run_id, landed_lsn['change_tables'] from " ~ sqlserver_cdc.ledger_relation()
         ~ " where status = 'running' order by run_id desc limit 1").rows -%}
     {{ return({'run_id': rows[0][0], 'since_run_id': rows[0][1], 'capture_lsn': rows[0][2]} if rows else none) }}
+{%- endmacro %}
+
+{% macro default__running_run() -%}
+    {{ exceptions.raise_compiler_error(sqlserver_cdc._not_supported('running_run')) }}
 {%- endmacro %}
 
 {#- The window bound the running run recorded, as a scalar subquery (field: upper_lsn or
@@ -331,6 +347,10 @@
     failed nodes, the per-table summary (run_summary) and, per declared event channel, the
     stream summary; logs `sqlserver_cdc.finish_run <json>` for the runner to print. -#}
 {% macro finish_run(results) -%}
+    {{ return(adapter.dispatch('finish_run', 'sqlserver_cdc')(results=results)) }}
+{%- endmacro %}
+
+{% macro spark__finish_run(results) -%}
     {%- set run = sqlserver_cdc.running_run() -%}
     {%- if run is none -%}
     select 1
@@ -374,4 +394,8 @@
         {{ log('sqlserver_cdc.finish_run ' ~ row, info=true) }}
     select 1
     {%- endif -%}
+{%- endmacro %}
+
+{% macro default__finish_run(results) -%}
+    {{ exceptions.raise_compiler_error(sqlserver_cdc._not_supported('finish_run')) }}
 {%- endmacro %}

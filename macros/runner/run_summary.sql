@@ -6,6 +6,10 @@
     tables) how far its commit time lags the capture high-water mark (seconds), and the size of
     both marts. Relations are looked up in the graph (hooks have no ref). -#}
 {% macro run_summary(since_batch, run_batch, run_id, capture_lsn=none) -%}
+    {{ return(adapter.dispatch('run_summary', 'sqlserver_cdc')(since_batch=since_batch, run_batch=run_batch, run_id=run_id, capture_lsn=capture_lsn)) }}
+{%- endmacro %}
+
+{% macro spark__run_summary(since_batch, run_batch, run_id, capture_lsn=none) -%}
     {%- set mapping = sqlserver_cdc._model_relation('stg_cdc_metadata__lsn_time_mapping') -%}
     {%- set batches = "_batch_id > '" ~ since_batch ~ "' and _batch_id <= '" ~ run_batch ~ "'" -%}
     {%- set watermarks = sqlserver_cdc.watermark_relation() -%}
@@ -65,6 +69,10 @@
     {%- endfor %}
 {%- endmacro %}
 
+{% macro default__run_summary(since_batch, run_batch, run_id, capture_lsn=none) -%}
+    {{ exceptions.raise_compiler_error(sqlserver_cdc._not_supported('run_summary')) }}
+{%- endmacro %}
+
 {#- Each mart's watermark before this run and the one this run recorded (NULL if it did not
     advance), with the landing batches: model_name, before_lsn, after_lsn, before_batch,
     after_batch. -#}
@@ -85,6 +93,10 @@
     still waiting for segments (CES), tombstones (Debezium), and lines quarantined (in those
     batches, and in all: an incomplete CES message becomes an orphan batches after landing). -#}
 {% macro stream_summary(channel, since_batch, run_batch) -%}
+    {{ return(adapter.dispatch('stream_summary', 'sqlserver_cdc')(channel=channel, since_batch=since_batch, run_batch=run_batch)) }}
+{%- endmacro %}
+
+{% macro spark__stream_summary(channel, since_batch, run_batch) -%}
     {%- if channel not in ('ces', 'debezium') -%}
         {{ exceptions.raise_compiler_error("stream_summary: channel must be ces or debezium; got '" ~ channel ~ "'") }}
     {%- endif %}
@@ -103,6 +115,10 @@
         count_if({{ batches }} and status = 'quarantined') as quarantined,
         count_if(status = 'quarantined') as quarantined_total
     from {{ sqlserver_cdc._model_relation('stg_' ~ channel ~ '__events') }}
+{%- endmacro %}
+
+{% macro default__stream_summary(channel, since_batch, run_batch) -%}
+    {{ exceptions.raise_compiler_error(sqlserver_cdc._not_supported('stream_summary')) }}
 {%- endmacro %}
 
 {#- A model's relation by name, from the graph (hooks have no ref). -#}

@@ -13,7 +13,7 @@
     {{ return(adapter.dispatch('stage_ces_table', 'sqlserver_cdc')(table_name)) }}
 {%- endmacro %}
 
-{% macro default__stage_ces_table(table_name) -%}
+{% macro spark__stage_ces_table(table_name) -%}
 {%- set t = sqlserver_cdc.tracked_table(table_name) -%}
 {%- set keys = t.key | map('lower') | list -%}
 {{ sqlserver_cdc._staged_table_config() }}
@@ -90,4 +90,8 @@ final as (
 )
 
 select * from final
+{%- endmacro %}
+
+{% macro default__stage_ces_table(table_name) -%}
+    {{ exceptions.raise_compiler_error(sqlserver_cdc._not_supported('stage_ces_table')) }}
 {%- endmacro %}

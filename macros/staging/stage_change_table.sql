@@ -12,7 +12,7 @@
     {{ return(adapter.dispatch('stage_change_table', 'sqlserver_cdc')(table_name)) }}
 {%- endmacro %}
 
-{% macro default__stage_change_table(table_name) -%}
+{% macro spark__stage_change_table(table_name) -%}
 {%- set t = sqlserver_cdc.tracked_table(table_name) -%}
 {{ sqlserver_cdc._staged_table_config() }}
 with
@@ -106,6 +106,10 @@ final as (
 )
 
 select * from final
+{%- endmacro %}
+
+{% macro default__stage_change_table(table_name) -%}
+    {{ exceptions.raise_compiler_error(sqlserver_cdc._not_supported('stage_change_table')) }}
 {%- endmacro %}
 
 {#- A change row's update mask in the table's ordinals: the mask itself for an instance whose

@@ -15,7 +15,7 @@
     {{ return(adapter.dispatch('stage_debezium_table', 'sqlserver_cdc')(table_name)) }}
 {%- endmacro %}
 
-{% macro default__stage_debezium_table(table_name) -%}
+{% macro spark__stage_debezium_table(table_name) -%}
 {%- set t = sqlserver_cdc.tracked_table(table_name) -%}
 {%- set form = 'flattened' if t.debezium.flattened else 'envelope' -%}
 {%- set keys = t.key | map('lower') | list -%}
@@ -111,4 +111,8 @@ final as (
 )
 
 select * from final
+{%- endmacro %}
+
+{% macro default__stage_debezium_table(table_name) -%}
+    {{ exceptions.raise_compiler_error(sqlserver_cdc._not_supported('stage_debezium_table')) }}
 {%- endmacro %}

@@ -22,6 +22,10 @@
 
 {#- `where` of a data test with its scope tokens expanded for `relation` (the tested model). -#}
 {% macro expand_check_scope(where, relation) -%}
+    {{ return(adapter.dispatch('expand_check_scope', 'sqlserver_cdc')(where=where, relation=relation)) }}
+{%- endmacro %}
+
+{% macro spark__expand_check_scope(where, relation) -%}
     {%- set batch = sqlserver_cdc.check_scope() == 'batch' and execute -%}
     {%- set run = sqlserver_cdc.running_run() if batch else none -%}
     {%- if run is not none -%}
@@ -51,6 +55,10 @@
         {%- set where = where | replace('__cdc_watermark__', "'" ~ watermark ~ "'") -%}
     {%- endif -%}
     {{ return(where) }}
+{%- endmacro %}
+
+{% macro default__expand_check_scope(where, relation) -%}
+    {{ exceptions.raise_compiler_error(sqlserver_cdc._not_supported('expand_check_scope')) }}
 {%- endmacro %}
 
 {#- dbt's get_where_subquery (the relation a data test reads, filtered by its `where` config),

@@ -6,7 +6,7 @@
     {{ return(adapter.dispatch('cast_from_text', 'sqlserver_cdc')(expr, sqlserver_type)) }}
 {%- endmacro %}
 
-{% macro default__cast_from_text(expr, sqlserver_type) -%}
+{% macro spark__cast_from_text(expr, sqlserver_type) -%}
     {%- set spark = sqlserver_cdc.spark_type(sqlserver_type) -%}
     {%- set base = (sqlserver_type | lower).split('(')[0] | trim -%}
     {%- if spark == 'binary' -%}
@@ -25,8 +25,20 @@
     {%- endif -%}
 {%- endmacro %}
 
+{% macro default__cast_from_text(expr, sqlserver_type) -%}
+    {{ exceptions.raise_compiler_error(sqlserver_cdc._not_supported('cast_from_text')) }}
+{%- endmacro %}
+
 {#- typed: an expression already holding cast_from_text(expr, type), to avoid writing it twice. -#}
 {% macro cast_invalid_reason(expr, sqlserver_type, column_name, typed=none) -%}
+    {{ return(adapter.dispatch('cast_invalid_reason', 'sqlserver_cdc')(expr=expr, sqlserver_type=sqlserver_type, column_name=column_name, typed=typed)) }}
+{%- endmacro %}
+
+{% macro spark__cast_invalid_reason(expr, sqlserver_type, column_name, typed=none) -%}
     (case when {{ expr }} is not null and {{ typed or sqlserver_cdc.cast_from_text(expr, sqlserver_type) }} is null
         then concat('column {{ column_name }}: value "', {{ expr }}, '" is not a valid {{ sqlserver_type }}') end)
+{%- endmacro %}
+
+{% macro default__cast_invalid_reason(expr, sqlserver_type, column_name, typed=none) -%}
+    {{ exceptions.raise_compiler_error(sqlserver_cdc._not_supported('cast_invalid_reason')) }}
 {%- endmacro %}

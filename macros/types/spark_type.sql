@@ -18,7 +18,7 @@
 {%- endmacro %}
 
 {#- The Spark type, or none for a type it does not map (spark_type raises then). -#}
-{% macro default__spark_type(sqlserver_type) -%}
+{% macro spark__spark_type(sqlserver_type) -%}
     {%- set t = sqlserver_type | lower | replace(' ', '') -%}
     {%- set base = t.split('(')[0] -%}
     {%- set args = t.split('(')[1].rstrip(')').split(',') if '(' in t else [] -%}
@@ -42,4 +42,8 @@
         {{ return(simple[base]) }}
     {%- endif -%}
     {{ return(none) }}
+{%- endmacro %}
+
+{% macro default__spark_type(sqlserver_type) -%}
+    {{ exceptions.raise_compiler_error(sqlserver_cdc._not_supported('spark_type')) }}
 {%- endmacro %}

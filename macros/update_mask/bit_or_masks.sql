@@ -6,7 +6,7 @@
     {{ return(adapter.dispatch('bit_or_masks', 'sqlserver_cdc')(mask, max_bytes)) }}
 {%- endmacro %}
 
-{% macro default__bit_or_masks(mask, max_bytes) -%}
+{% macro spark__bit_or_masks(mask, max_bytes) -%}
     {%- set chunks = ((max_bytes + 6) // 7) | int -%}
     {%- set width = chunks * 14 -%}
     {%- set padded = "lpad(hex(" ~ mask ~ "), " ~ width ~ ", '0')" -%}
@@ -15,4 +15,8 @@
         lpad(hex(bit_or(cast(conv(substr({{ padded }}, {{ i * 14 + 1 }}, 14), 16, 10) as bigint))), 14, '0'){{ "," if not loop.last }}
         {%- endfor %}
     )), {{ chunks * 7 + 1 }} - max(octet_length({{ mask }})), max(octet_length({{ mask }}))) end)
+{%- endmacro %}
+
+{% macro default__bit_or_masks(mask, max_bytes) -%}
+    {{ exceptions.raise_compiler_error(sqlserver_cdc._not_supported('bit_or_masks')) }}
 {%- endmacro %}

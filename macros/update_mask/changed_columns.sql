@@ -4,8 +4,12 @@
     {{ return(adapter.dispatch('changed_columns', 'sqlserver_cdc')(mask, capture_instance)) }}
 {%- endmacro %}
 
-{% macro default__changed_columns(mask, capture_instance) -%}
+{% macro spark__changed_columns(mask, capture_instance) -%}
     {{ return(sqlserver_cdc._changed_columns_of(mask, sqlserver_cdc._instance_columns(capture_instance))) }}
+{%- endmacro %}
+
+{% macro default__changed_columns(mask, capture_instance) -%}
+    {{ exceptions.raise_compiler_error(sqlserver_cdc._not_supported('changed_columns')) }}
 {%- endmacro %}
 
 {#- changed_columns over a list of declared columns (name, ordinal), for any channel. -#}

@@ -5,7 +5,7 @@
     {{ return(adapter.dispatch('is_bit_set', 'sqlserver_cdc')(mask, ordinal)) }}
 {%- endmacro %}
 
-{% macro default__is_bit_set(mask, ordinal) -%}
+{% macro spark__is_bit_set(mask, ordinal) -%}
     {%- set byte_pos = '(octet_length(' ~ mask ~ ') - 1 - ((' ~ ordinal ~ ') - 1) div 8)' -%}
     (case
         when {{ mask }} is null or ({{ ordinal }}) is null then null
@@ -15,4 +15,8 @@
             & shiftleft(1, cast((({{ ordinal }}) - 1) % 8 as int))
         ) != 0
     end)
+{%- endmacro %}
+
+{% macro default__is_bit_set(mask, ordinal) -%}
+    {{ exceptions.raise_compiler_error(sqlserver_cdc._not_supported('is_bit_set')) }}
 {%- endmacro %}

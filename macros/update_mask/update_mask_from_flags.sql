@@ -7,7 +7,7 @@
     {{ return(adapter.dispatch('update_mask_from_flags', 'sqlserver_cdc')(flags, width)) }}
 {%- endmacro %}
 
-{% macro default__update_mask_from_flags(flags, width) -%}
+{% macro spark__update_mask_from_flags(flags, width) -%}
     {%- set n_bytes = ((width or (flags | map(attribute=0) | max)) + 7) // 8 -%}
     unhex(concat(
         {%- for byte in range(n_bytes) %}
@@ -19,4 +19,8 @@
         ), 2, '0'){{ ',' if not loop.last }}
         {%- endfor %}
     ))
+{%- endmacro %}
+
+{% macro default__update_mask_from_flags(flags, width) -%}
+    {{ exceptions.raise_compiler_error(sqlserver_cdc._not_supported('update_mask_from_flags')) }}
 {%- endmacro %}

@@ -6,7 +6,7 @@
     {{ return(adapter.dispatch('advance_watermarks', 'sqlserver_cdc')(results)) }}
 {%- endmacro %}
 
-{% macro default__advance_watermarks(results) -%}
+{% macro spark__advance_watermarks(results) -%}
     {%- set blocked = [] -%}
     {%- for r in results if r.node.resource_type == 'test' and r.status in ('fail', 'error') -%}
         {%- for n in r.node.depends_on.nodes -%}{%- do blocked.append(n) -%}{%- endfor -%}
@@ -32,6 +32,10 @@
     {%- else %}
     select 1
     {%- endif -%}
+{%- endmacro %}
+
+{% macro default__advance_watermarks(results) -%}
+    {{ exceptions.raise_compiler_error(sqlserver_cdc._not_supported('advance_watermarks')) }}
 {%- endmacro %}
 
 {#- upper_lsn for the on-run-end hook, where ref() is not available: the staging relations are

@@ -3,7 +3,7 @@
     {{ return(adapter.dispatch('ensure_watermark_table', 'sqlserver_cdc')()) }}
 {%- endmacro %}
 
-{% macro default__ensure_watermark_table() -%}
+{% macro spark__ensure_watermark_table() -%}
     {%- set relation = sqlserver_cdc.watermark_relation() -%}
     {% do run_query('create schema if not exists ' ~ relation.schema) %}
     create table if not exists {{ relation }} (
@@ -13,4 +13,8 @@
         recorded_at timestamp,
         watermark_batch string
     ) using delta
+{%- endmacro %}
+
+{% macro default__ensure_watermark_table() -%}
+    {{ exceptions.raise_compiler_error(sqlserver_cdc._not_supported('ensure_watermark_table')) }}
 {%- endmacro %}

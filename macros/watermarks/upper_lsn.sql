@@ -5,6 +5,10 @@
     recorded (see _capped_by_export_cut); CES and Debezium the largest commit LSN landed (see
     _landed_upper_lsn). -#}
 {% macro upper_lsn(channel='change_tables') -%}
+    {{ return(adapter.dispatch('upper_lsn', 'sqlserver_cdc')(channel=channel)) }}
+{%- endmacro %}
+
+{% macro spark__upper_lsn(channel='change_tables') -%}
     {%- set value = var('cdc_upper_lsn', none) -%}
     {%- if value is mapping -%}
         {%- set value = value.get(channel) -%}
@@ -24,6 +28,10 @@
         {%- endif %}
     '{{ value }}'
     {%- endif -%}
+{%- endmacro %}
+
+{% macro default__upper_lsn(channel='change_tables') -%}
+    {{ exceptions.raise_compiler_error(sqlserver_cdc._not_supported('upper_lsn')) }}
 {%- endmacro %}
 
 {#- The largest commit LSN landed for an event channel, read from the raw landing table (CES: the
@@ -46,6 +54,10 @@
     cdc_runner) the one its begin_run recorded in the run ledger, else var cdc_upper_batch (one
     per channel, or one for all), else the latest batch that landed events of the channel. -#}
 {% macro upper_batch(channel) -%}
+    {{ return(adapter.dispatch('upper_batch', 'sqlserver_cdc')(channel=channel)) }}
+{%- endmacro %}
+
+{% macro spark__upper_batch(channel) -%}
     {%- set value = var('cdc_upper_batch', none) -%}
     {%- if value is mapping -%}
         {%- set value = value.get(channel) -%}
@@ -57,6 +69,10 @@
     {%- else -%}
     '{{ value | replace("'", "") }}'
     {%- endif -%}
+{%- endmacro %}
+
+{% macro default__upper_batch(channel) -%}
+    {{ exceptions.raise_compiler_error(sqlserver_cdc._not_supported('upper_batch')) }}
 {%- endmacro %}
 
 {#- The raw landing table by name (source cdc_raw.landed_rows), usable in hooks, where source()

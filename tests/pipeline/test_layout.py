@@ -143,3 +143,36 @@ def test_readme_maps_every_doc_page_and_topic_and_every_link_resolves():
             if not file.exists() or (anchor and file.suffix == ".md" and anchor not in headings.get(file, set())):
                 broken.append(f"{page.name}: ({target}#{anchor})")
     assert broken == []
+
+
+# public macros that are Jinja only (values, relations, declarations), portable as they are
+JINJA_ONLY = {"channel_declared", "check_scope", "debezium_encoding", "declared_scale", "fraction_digits",
+              "ledger_relation", "watermark_relation", "operation_codes", "tracked_table",
+              "tracked_table_for_capture_instance"}
+PORTABLE_DEFAULT = {"column_ordinal", "operation_number"}  # ANSI SQL or Jinja: default__ is the body
+DBT_OVERRIDES = {"get_merge_sql", "get_where_subquery"}  # dbt's own dispatch, specialised for Spark
+
+
+def test_public_macros_with_sql_dispatch_to_spark_bodies_and_refuse_other_adapters():
+    import yaml
+
+    macros_dir = PROJECT_DIR / "macros"
+    public = {m["name"] for m in yaml.safe_load((macros_dir / "_macros.yml").read_text())["macros"]}
+    bodies: dict[str, str] = {}
+    for path in macros_dir.rglob("*.sql"):
+        for m in re.finditer(r"{%-?\s*macro\s+(\w+)\(.*?\)\s*-?%}(.*?){%-?\s*endmacro", path.read_text(), re.DOTALL):
+            bodies[m.group(1)] = m.group(2)
+    problems = []
+    for name in sorted(public):
+        if name.startswith(("test_", "spark__")) or name in JINJA_ONLY:
+            continue
+        if f"adapter.dispatch('{name}', 'sqlserver_cdc')" not in bodies.get(name, ""):
+            problems.append(f"{name} does not dispatch")
+        elif name not in PORTABLE_DEFAULT and (f"spark__{name}" not in bodies
+                                               or f"_not_supported('{name}')" not in bodies.get(f"default__{name}", "")):
+            problems.append(f"{name}: no spark__ body, or its default__ does not refuse other adapters")
+    for name in bodies:
+        if name.startswith("spark__") and name[len("spark__"):] not in DBT_OVERRIDES | public:
+            problems.append(f"{name} is the Spark body of an undocumented macro")
+    assert problems == []
+    assert len([n for n in bodies if n.startswith("spark__")]) > 40

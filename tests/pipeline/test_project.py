@@ -32,6 +32,8 @@ def test_docs_generate_and_documentation_coverage(spark):
         name = macro["name"]
         if macro["package_name"] != "sqlserver_cdc" or name.startswith(("_", "default__")):
             continue
+        if name.startswith("spark__") and f"macro.sqlserver_cdc.{name[len('spark__'):]}" in manifest["macros"]:
+            continue  # the Spark body of a documented, dispatched macro
         if not macro["description"].strip():
             undocumented.append(macro["unique_id"])
     assert undocumented == []
