@@ -25,10 +25,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m cdc_tooling", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
-    def common(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--project-dir", type=Path, default=PROJECT_DIR, help="the dbt project (default: this one)")
-        p.add_argument("--target", default=None, help="profiles.yml target (default: the profile's, 'local')")
-        p.add_argument("--landing", type=Path, default=None, help="landing folder (default: <project>/landing)")
+    common = runner_cli.common_arguments
 
     demo = sub.add_parser("demo", help="generate demo landing data (if absent) and run the pipeline on it")
     common(demo)

@@ -24,14 +24,17 @@ from runner.unchanged import LastRun
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 
 
+def common_arguments(p: argparse.ArgumentParser) -> None:
+    """--project-dir, --target and --landing (cdc_tooling's commands take them too)."""
+    p.add_argument("--project-dir", type=Path, default=PROJECT_DIR, help="the dbt project (default: this one)")
+    p.add_argument("--target", default=None, help="profiles.yml target (default: the profile's, 'local')")
+    p.add_argument("--landing", type=Path, default=None, help="landing folder (default: <project>/landing)")
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m runner", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-
-    def common(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--project-dir", type=Path, default=PROJECT_DIR, help="the dbt project (default: this one)")
-        p.add_argument("--target", default=None, help="profiles.yml target (default: the profile's, 'local')")
-        p.add_argument("--landing", type=Path, default=None, help="landing folder (default: <project>/landing)")
+    common = common_arguments
 
     run = sub.add_parser("run", help="land new files, build the marts for one LSN window, report")
     common(run)

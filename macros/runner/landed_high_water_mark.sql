@@ -18,7 +18,7 @@
     {%- endif -%}
     {%- if 'ces' in channels -%}
         {%- do selects.append("select 'ces' as channel, max(upper(element_at(split(row_values['logicalid'], ':'), -2)))"
-            ~ " filter (where row_values['logicalid'] rlike '^[^:]+:[0-9A-Fa-f]{20}:[0-9]{1,20}$') as upper_lsn from " ~ raw
+            ~ " filter (where row_values['logicalid'] rlike '" ~ sqlserver_cdc._ces_logicalid_pattern() ~ "') as upper_lsn from " ~ raw
             ~ " where landing_kind = 'ces' and _batch_id > " ~ since) -%}
     {%- endif -%}
     {%- if 'debezium' in channels -%}

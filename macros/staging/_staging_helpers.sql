@@ -145,3 +145,49 @@
         _batch_id,
         _ingested_at
 {%- endmacro %}
+
+{#- The skeleton every channel's staging ends with, after its `texts` CTE (one text_<column> per
+    declared column, `unreadable`, the landing metadata): `typed` adds the channel's decoded
+    columns (`decoded`: SQL "expression as name" items) and the declared columns cast from their
+    texts; `validated` adds quarantine_reason, every reason that applies joined by '; ' (the
+    unreadable line, the channel's `reasons`, then the columns': a value that does not cast, a key
+    column without a value, worded with `missing_key`). Ends without a comma: the caller's
+    `final` CTE follows. -#}
+{% macro _typed_and_validated(t, decoded=[], reasons=[], missing_key='is NULL') -%}
+typed as (
+    select
+        *,
+        {%- for item in decoded %}
+        {{ item }},
+        {%- endfor %}
+        {{- sqlserver_cdc._typed_columns(t) }}
+    from texts
+),
+
+validated as (
+    select
+        *,
+        nullif(concat_ws('; ',
+            unreadable,
+            {%- for reason in reasons %}
+            {{ reason }},
+            {%- endfor %}
+            {{- sqlserver_cdc._column_reasons(t, missing_key=missing_key) }}
+        ), '') as quarantine_reason
+    from typed
+)
+{%- endmacro %}
+
+{#- The final CTE of an event channel's staging (CES, Debezium): the change-table staging columns,
+    change_lsn and command_id as the channel gives them, old and new the maps of the sent row
+    images (see _event_staging_columns). -#}
+{% macro _event_final(t, change_lsn, command_id, old, new) -%}
+final as (
+    select
+        commit_lsn,
+        {{ change_lsn }} as change_lsn,
+        {{ command_id }} as command_id,
+        {{- sqlserver_cdc._event_staging_columns(t, old, new) }}
+    from validated
+)
+{%- endmacro %}

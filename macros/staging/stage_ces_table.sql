@@ -62,32 +62,11 @@ texts as (
     from row_images
 ),
 
-typed as (
-    select
-        *,
-        {{ sqlserver_cdc.operation_number('operation') }} as operation_code,
-        {{- sqlserver_cdc._typed_columns(t) }}
-    from texts
-),
+{{ sqlserver_cdc._typed_and_validated(t, decoded=[sqlserver_cdc.operation_number('operation') ~ ' as operation_code'],
+    missing_key='is missing') }},
 
-validated as (
-    select
-        *,
-        nullif(concat_ws('; ',
-            unreadable,
-            {{- sqlserver_cdc._column_reasons(t, missing_key='is missing') }}
-        ), '') as quarantine_reason
-    from typed
-),
-
-final as (
-    select
-        commit_lsn,
-        lpad(cast(sequence_number as string), 20, '0') as change_lsn,
-        cast(null as int) as command_id,
-        {{- sqlserver_cdc._event_staging_columns(t, 'old_values', 'current_values') }}
-    from validated
-)
+{{ sqlserver_cdc._event_final(t, "lpad(cast(sequence_number as string), 20, '0')", 'cast(null as int)',
+    'old_values', 'current_values') }}
 
 select * from final
 {%- endmacro %}

@@ -53,37 +53,21 @@ texts as (
         on landed_rows.landing_kind = 'snapshots' and landed_rows._source_file = snapshot_files._source_file
 ),
 
-decoded as (
-    select
-        *,
-        -- change metadata
-        {{ sqlserver_cdc.lsn_normalize('text_start_lsn', 'string') }} as commit_lsn,
-        {{ sqlserver_cdc.lsn_normalize('text_seqval', 'string') }} as change_lsn,
-        try_cast(text_command_id as int) as command_id,
-        -- a snapshot row is the key's state at the snapshot's LSN (operation snapshot, code 2)
-        case when is_snapshot then 'snapshot' else {{ sqlserver_cdc.decode_operation('text_operation', 'change_tables') }} end
-            as operation,
-        {{ sqlserver_cdc.update_mask_normalize('text_update_mask') }} as update_mask,
-        -- captured columns
-        {{- sqlserver_cdc._typed_columns(t) }}
-    from texts
-),
-
-validated as (
-    select
-        *,
-        nullif(concat_ws('; ',
-            unreadable,
-            {{ sqlserver_cdc.lsn_invalid_reason('text_start_lsn', '__$start_lsn', normalized='commit_lsn') }},
-            {{ sqlserver_cdc.lsn_invalid_reason('text_seqval', '__$seqval', normalized='change_lsn') }},
-            case when operation is null then concat('unknown __$operation: ', coalesce(text_operation, 'NULL')) end,
-            {{ sqlserver_cdc.update_mask_invalid_reason('text_update_mask', '__$update_mask', normalized='update_mask') }},
-            case when text_command_id is not null and command_id is null
-                then concat('invalid __$command_id: ', text_command_id) end,
-            {{- sqlserver_cdc._column_reasons(t) }}
-        ), '') as quarantine_reason
-    from decoded
-),
+{#- the change metadata decoded; a snapshot row is the key's state at the snapshot's LSN (operation
+    snapshot, code 2) -#}
+{{ sqlserver_cdc._typed_and_validated(t, decoded=[
+    sqlserver_cdc.lsn_normalize('text_start_lsn', 'string') ~ ' as commit_lsn',
+    sqlserver_cdc.lsn_normalize('text_seqval', 'string') ~ ' as change_lsn',
+    'try_cast(text_command_id as int) as command_id',
+    "case when is_snapshot then 'snapshot' else " ~ sqlserver_cdc.decode_operation('text_operation', 'change_tables')
+        ~ ' end as operation',
+    sqlserver_cdc.update_mask_normalize('text_update_mask') ~ ' as update_mask'],
+  reasons=[
+    sqlserver_cdc.lsn_invalid_reason('text_start_lsn', '__$start_lsn', normalized='commit_lsn'),
+    sqlserver_cdc.lsn_invalid_reason('text_seqval', '__$seqval', normalized='change_lsn'),
+    "case when operation is null then concat('unknown __$operation: ', coalesce(text_operation, 'NULL')) end",
+    sqlserver_cdc.update_mask_invalid_reason('text_update_mask', '__$update_mask', normalized='update_mask'),
+    "case when text_command_id is not null and command_id is null then concat('invalid __$command_id: ', text_command_id) end"]) }},
 
 final as (
     select

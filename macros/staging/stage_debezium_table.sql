@@ -77,38 +77,16 @@ texts as (
     from row_values
 ),
 
-typed as (
-    select
-        *,
-        {{ sqlserver_cdc.operation_number('operation') }} as operation_code,
-        {{- sqlserver_cdc._typed_columns(t) }}
-    from texts
-),
+{%- set reasons = [] %}
+{%- for c in t.columns if sqlserver_cdc._plausible_encodings(c.type) %}
+    {%- do reasons.append("case when value_" ~ c.name ~ " is not null and text_" ~ c.name ~ " is null then "
+        ~ sqlserver_cdc.debezium_value_invalid_reason("'" ~ c.name ~ "'", 'value_' ~ c.name, 'encoding_' ~ c.name, c.type)
+        ~ " end") %}
+{%- endfor %}
+{{ sqlserver_cdc._typed_and_validated(t, decoded=[sqlserver_cdc.operation_number('operation') ~ ' as operation_code'],
+    reasons=reasons, missing_key='is missing') }},
 
-validated as (
-    select
-        *,
-        nullif(concat_ws('; ',
-            unreadable,
-            {%- for c in t.columns if sqlserver_cdc._plausible_encodings(c.type) %}
-            case when value_{{ c.name }} is not null and text_{{ c.name }} is null then
-                {{ sqlserver_cdc.debezium_value_invalid_reason("'" ~ c.name ~ "'", 'value_' ~ c.name, 'encoding_' ~ c.name,
-                    c.type) }}
-            end,
-            {%- endfor %}
-            {{- sqlserver_cdc._column_reasons(t, missing_key='is missing') }}
-        ), '') as quarantine_reason
-    from typed
-),
-
-final as (
-    select
-        commit_lsn,
-        change_lsn,
-        cast(event_serial_no as int) as command_id,
-        {{- sqlserver_cdc._event_staging_columns(t, 'before_values', 'after_values') }}
-    from validated
-)
+{{ sqlserver_cdc._event_final(t, 'change_lsn', 'cast(event_serial_no as int)', 'before_values', 'after_values') }}
 
 select * from final
 {%- endmacro %}

@@ -46,7 +46,7 @@
     select max(upper(element_at(split(row_values['logicalid'], ':'), -2)))
     from {{ sqlserver_cdc._raw_landed_rows() }}
     where landing_kind = '{{ channel }}'
-        and row_values['logicalid'] rlike '^[^:]+:[0-9A-Fa-f]{20}:[0-9]{1,20}$'
+        and row_values['logicalid'] rlike '{{ sqlserver_cdc._ces_logicalid_pattern() }}'
     {%- endif %}
 {%- endmacro %}
 

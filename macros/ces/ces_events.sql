@@ -1,0 +1,447 @@
+{#- Change Event Streaming's events (stg_ces__events): the landed CloudEvent lines `new_lines` (a
+    query over the raw table) de-duplicated by source + id, split messages reassembled by logicalid
+    in segment order (whatever the index base), and the data document's envelope parsed; one row
+    per complete event (status 'complete'), plus one per landed line: a segment of a complete
+    event ('assembled'), a duplicate ('duplicate'), a segment waiting for the rest of its message
+    ('pending') or a line that cannot be trusted ('quarantined', with the reason and the raw line).
+    `prior`, on an incremental run, is the staged table: its pending lines are read again (and an
+    orphan's segments when more of its message lands; lines and settled messages looked up where
+    `staged_lsns` holds, pending ones from batch `waiting_from` on); a message waits
+    `orphan_after` landing batches for its missing segments. The model stg_ces__events computes
+    those literals and calls this. -#}
+{% macro ces_events(new_lines, prior=none, staged_lsns='false', waiting_from='', orphan_after=3) -%}
+    {{ return(adapter.dispatch('ces_events', 'sqlserver_cdc')(new_lines=new_lines, prior=prior, staged_lsns=staged_lsns,
+        waiting_from=waiting_from, orphan_after=orphan_after)) }}
+{%- endmacro %}
+
+{% macro spark__ces_events(new_lines, prior=none, staged_lsns='false', waiting_from='', orphan_after=3) -%}
+{%- set incremental = prior is not none %}
+{%- set logicalid_pattern = sqlserver_cdc._ces_logicalid_pattern() %}
+{%- set data_schema = 'struct<eventsource: struct<db: string, `schema`: string, tbl: string,'
+    ~ ' cols: array<struct<name: string, type: string, index: int>>,'
+    ~ ' pkkey: array<struct<columnname: string, value: string>>,'
+    ~ ' transaction: struct<commitlsn: string, beginlsn: string, sequencenumber: string, committime: string>>,'
+    ~ ' eventrow: struct<old: string, current: string>>' %}
+
+with
+
+-- the lines of the landing batches after the last one staged, and the lines staged earlier
+-- that still wait for the rest of their message (read again from their landed record)
+landed_rows as (
+    select
+        row_values,
+        raw_text,
+        _source_file,
+        _batch_id,
+        _ingested_at,
+        concat_ws('/', 'line', _batch_id, _source_file, cast(row_number() over (
+            partition by _batch_id, _source_file order by raw_text
+        ) as string)) as row_key,
+        false as waiting
+    from ({{ new_lines }}) as landed_since_last_batch
+    {%- if incremental %}
+    union all
+    select
+        from_json(landed_record, 'map<string, string>') as row_values,
+        landed_record as raw_text,
+        _source_file,
+        _batch_id,
+        _ingested_at,
+        row_key,
+        true as waiting
+    from {{ prior }}
+    where (status = 'pending' and _batch_id >= '{{ waiting_from }}')
+        -- an orphan's segments, when more of its message lands: it may complete after all
+        or (
+            status = 'quarantined' and is_segment and {{ staged_lsns }}
+            and startswith(quarantine_reason, 'orphan segments:')
+            and (event_source, logicalid) in (
+                select row_values['source'], row_values['logicalid'] from ({{ new_lines }}) as new_lines
+            )
+        )
+    {%- endif %}
+),
+
+-- landing batches that brought CES lines, newest first (an incomplete split message waits
+-- var cdc_ces_orphan_after_batches of them for its missing segments)
+batches as (
+    select
+        _batch_id,
+        dense_rank() over (order by _batch_id desc) - 1 as batches_since
+    from (
+        select distinct _batch_id from landed_rows
+        where not waiting
+        {%- if incremental %}
+        union
+        select distinct _batch_id from {{ prior }} where status != 'complete' and _batch_id >= '{{ waiting_from }}'
+        {%- endif %}
+    ) as landed_batches
+),
+
+{%- if incremental %}
+
+-- lines staged earlier (not waiting): their ids, and the segments of settled messages
+staged_ids as (
+    select distinct event_source, event_id
+    from {{ prior }}
+    where status not in ('complete', 'pending') and event_source is not null and event_id is not null
+        and {{ staged_lsns }}
+),
+
+settled_messages as (
+    select event_source, logicalid, collect_set(segment_index) as segment_indexes
+    from {{ prior }}
+    where is_segment and status != 'pending' and {{ staged_lsns }}
+        and not (status = 'quarantined' and startswith(quarantine_reason, 'orphan segments:'))
+    group by event_source, logicalid
+),
+{%- endif %}
+
+envelope as (
+    select
+        row_values is null as unreadable,
+        row_values['source'] as event_source,
+        row_values['id'] as id,
+        row_values['type'] as event_type,
+        row_values['logicalid'] as logicalid,
+        row_values['operation'] as operation_text,
+        row_values['time'] as event_time_text,
+        -- current form: segmentindex / finalsegment; early preview form: splitindex / splittotalcnt
+        coalesce(row_values['segmentindex'], row_values['splitindex']) as segment_index_text,
+        lower(trim(row_values['finalsegment'])) as final_segment_text,
+        row_values['splittotalcnt'] as split_total_text,
+        row_values['data'] as data_text,
+        coalesce(raw_text, to_json(row_values)) as landed_record,
+        _source_file,
+        _batch_id,
+        _ingested_at,
+        row_key,
+        waiting
+    from landed_rows
+),
+
+checked as (
+    select
+        *,
+        coalesce(try_cast(segment_index_text as int), 0) as segment_index,
+        case
+            when final_segment_text is not null then final_segment_text = 'true'
+            else coalesce(try_cast(split_total_text as int), 0) <= 1
+        end as is_final,
+        final_segment_text is null as early_form,
+        try_cast(split_total_text as int) as split_total,
+        case
+            when unreadable then 'not a JSON object'
+            else nullif(concat_ws(
+                '; ',
+                case
+                    when event_type is null or not startswith(event_type, 'com.microsoft.SQL.CES.DML.')
+                        then concat('not a CES DML CloudEvent (type ', coalesce(event_type, 'missing'), ')')
+                end,
+                case when event_source is null or id is null then 'missing source or id' end,
+                case
+                    when not coalesce(logicalid rlike '{{ logicalid_pattern }}', false)
+                        then concat('invalid logicalid: ', coalesce(logicalid, 'missing'))
+                end,
+                case
+                    when {{ sqlserver_cdc.decode_operation('operation_text', 'ces') }} is null
+                        then concat('unknown operation: ', coalesce(operation_text, 'missing'))
+                end,
+                case
+                    when segment_index_text is not null and try_cast(segment_index_text as int) is null
+                        then concat('invalid segment index: ', segment_index_text)
+                end,
+                case
+                    when final_segment_text not in ('true', 'false')
+                        then concat('invalid finalsegment: ', final_segment_text)
+                end,
+                case
+                    when split_total_text is not null and try_cast(split_total_text as int) is null
+                        then concat('invalid splittotalcnt: ', split_total_text)
+                end,
+                case when data_text is null then 'missing data' end
+            ), '')
+        end as line_problem
+    from envelope
+),
+
+-- at-least-once delivery: the first landed copy of source + id wins (in these lines or
+-- staged earlier); a segment delivered again under another id is the same segment of the same
+-- logicalid
+copies as (
+    select
+        checked.*,
+        case
+            when checked.event_source is null or checked.id is null then 1
+            {%- if incremental %}
+            when not checked.waiting and staged_ids.event_id is not null then 2
+            {%- endif %}
+            else row_number() over (
+                partition by checked.event_source, checked.id order by checked._batch_id, checked._source_file
+            )
+        end as id_copy
+    from checked
+    {%- if incremental %}
+    left join staged_ids
+        on checked.event_source = staged_ids.event_source and checked.id = staged_ids.event_id
+    {%- endif %}
+),
+
+lines as (
+    select
+        copies.*,
+        case
+            when copies.line_problem is not null or copies.id_copy > 1 then 1
+            {%- if incremental %}
+            when not copies.waiting and array_contains(settled_messages.segment_indexes, copies.segment_index) then 2
+            {%- endif %}
+            else row_number() over (
+                partition by
+                    copies.event_source, copies.logicalid, copies.segment_index,
+                    copies.line_problem is null and copies.id_copy = 1
+                order by copies._batch_id, copies._source_file
+            )
+        end as segment_copy,
+        -- a new segment of a message settled by an earlier run (complete or quarantined)
+        {{ 'not copies.waiting and settled_messages.logicalid is not null' if incremental else 'false' }}
+            as after_settled
+    from copies
+    {%- if incremental %}
+    left join settled_messages
+        on copies.event_source = settled_messages.event_source and copies.logicalid = settled_messages.logicalid
+    {%- endif %}
+),
+
+segments as (
+    select * from lines
+    where line_problem is null and id_copy = 1 and segment_copy = 1 and not after_settled
+),
+
+messages as (
+    select
+        event_source,
+        logicalid,
+        count(*) as segment_count,
+        min(segment_index) as first_index,
+        max(segment_index) as last_index,
+        count_if(is_final) as finals,
+        min(segment_index) filter (where is_final) as final_index,
+        bool_and(early_form) as early_form,
+        max(split_total) as split_total,
+        -- the segments' data in index order
+        concat_ws(
+            '', transform(array_sort(collect_list(struct(segment_index, data_text))), piece -> piece.data_text)
+        ) as data_text,
+        sort_array(collect_list(segment_index)) as segment_indexes,
+        min_by(id, segment_index) as event_id,
+        min_by(operation_text, segment_index) as operation_text,
+        min_by(event_time_text, segment_index) as event_time_text,
+        case when count(*) = 1 then min(landed_record) end as single_line,
+        max_by(_source_file, _batch_id) as _source_file,
+        max(_batch_id) as completed_batch,
+        min(_batch_id) as first_batch,
+        max(_ingested_at) as _ingested_at
+    from segments
+    group by event_source, logicalid
+),
+
+assembled as (
+    select
+        messages.*,
+        -- a contiguous run of segment indexes ending at the final segment (0- or 1-based)
+        case
+            when messages.early_form and coalesce(messages.split_total, 0) <= 1 then messages.segment_count = 1
+            when messages.early_form
+                then (
+                    messages.segment_count = messages.split_total
+                    and messages.last_index - messages.first_index + 1 = messages.segment_count
+                )
+            else (
+                messages.finals = 1 and messages.final_index = messages.last_index
+                and messages.last_index - messages.first_index + 1 = messages.segment_count
+            )
+        end as indexes_complete,
+        (messages.finals > 1 or messages.final_index < messages.last_index) as conflicting,
+        from_json(messages.data_text, '{{ data_schema }}') as doc,
+        coalesce(batches.batches_since, {{ orphan_after }}) as batches_since
+    from messages
+    -- a message first landed before the batches read here has waited its time
+    left join batches
+        on messages.first_batch = batches._batch_id
+),
+
+parsed as (
+    select
+        *,
+        doc.eventsource is not null and doc.eventrow is not null as readable,
+        {{ sqlserver_cdc.lsn_normalize(
+            "coalesce(doc.eventsource.transaction.commitlsn, element_at(split(logicalid, ':'), -2))", 'string') }}
+            as commit_lsn,
+        coalesce(
+            try_cast(doc.eventsource.transaction.sequencenumber as decimal(20, 0)),
+            try_cast(element_at(split(logicalid, ':'), -1) as decimal(20, 0))
+        ) as sequence_number
+    from assembled
+),
+
+outcomes as (
+    select
+        *,
+        case
+            when conflicting
+                then concat(
+                    'conflicting segments of logicalid ', logicalid, ': indexes ', array_join(segment_indexes, ','),
+                    ', final segment at ', coalesce(cast(final_index as string), 'none')
+                )
+            when indexes_complete and readable
+                then nullif(concat_ws(
+                    '; ',
+                    case when commit_lsn is null then concat(
+                        'no valid commit LSN in transaction.commitlsn or logicalid ',
+                        logicalid
+                    ) end,
+                    case when sequence_number is null then 'no valid sequence number in transaction or logicalid' end,
+                    case
+                        when doc.eventsource.tbl is null or doc.eventsource.schema is null
+                            then 'data.eventsource names no schema and table'
+                    end
+                ), '')
+            when indexes_complete and first_index = 0
+                then concat(
+                    'data is not a CES data document (eventsource and eventrow)',
+                    case when segment_count > 1 then concat(' after joining ', segment_count, ' segments') end
+                )
+            when batches_since >= {{ orphan_after }} then concat(
+                'orphan segments: logicalid ', logicalid, ' has segment(s) ', array_join(segment_indexes, ','),
+                case when finals > 0 then concat(' (final ', final_index, ')') else ' and no final segment' end,
+                ' and was not completed into a readable data document within {{ orphan_after }} landing batches'
+            )
+        end as message_problem,
+        case
+            when conflicting then 'quarantined'
+            when indexes_complete and readable then 'complete'
+            when indexes_complete and first_index = 0 then 'quarantined'
+            when batches_since >= {{ orphan_after }} then 'quarantined'
+            else 'pending'
+        end as message_status
+    from parsed
+),
+
+events as (
+    select
+        event_id,
+        event_source,
+        logicalid,
+        commit_lsn,
+        sequence_number,
+        {{ sqlserver_cdc.decode_operation('operation_text', 'ces') }} as operation,  -- noqa: RF04
+        doc.eventsource.db as source_database,
+        doc.eventsource.schema as source_schema,
+        doc.eventsource.tbl as source_table,
+        doc.eventsource.cols as source_columns,
+        map_from_entries(transform(doc.eventsource.pkkey, k -> struct(lower(k.columnname), k.value))) as key_values,
+        doc.eventrow.old as old_image,
+        doc.eventrow.current as current_image,
+        -- committime carries a Z even on servers not set to UTC: it is read as the server's
+        -- wall clock, like lsn_time_mapping.tran_end_time; the early form has only `time`
+        {{ sqlserver_cdc.cast_from_text(
+            "regexp_replace(coalesce(doc.eventsource.transaction.committime, event_time_text), '(Z|[+-][0-9]{2}:[0-9]{2})$', '')",
+            'datetime2') }} as commit_time,
+        segment_count,
+        cast(null as int) as segment_index,
+        false as is_segment,
+        'complete' as status,
+        message_problem as quarantine_reason,
+        coalesce(single_line, data_text) as landed_record,
+        _source_file,
+        completed_batch as _batch_id,
+        _ingested_at,
+        concat('event:', event_source, ':', logicalid) as row_key
+    from outcomes
+    where message_status = 'complete' and message_problem is null
+),
+
+line_outcomes as (
+    select
+        lines.id as event_id,
+        lines.event_source,
+        lines.logicalid,
+        lines.segment_index,
+        lines.line_problem is null and lines.id_copy = 1 and lines.segment_copy = 1 and not lines.after_settled
+            as is_segment,
+        case
+            when lines.line_problem is not null then 'quarantined'
+            when lines.id_copy > 1 or lines.segment_copy > 1 then 'duplicate'
+            when lines.after_settled then 'quarantined'
+            when outcomes.message_status = 'complete' and outcomes.message_problem is not null then 'quarantined'
+            when outcomes.message_status = 'complete' then 'assembled'
+            else outcomes.message_status
+        end as status,
+        case
+            when lines.line_problem is not null then lines.line_problem
+            when lines.id_copy > 1 or lines.segment_copy > 1 then null
+            when lines.after_settled
+                then concat(
+                    'segment ', lines.segment_index, ' of logicalid ', lines.logicalid,
+                    ' landed after its message was complete or quarantined'
+                )
+            else outcomes.message_problem
+        end as quarantine_reason,
+        lines.landed_record,
+        lines._source_file,
+        lines._batch_id,
+        lines._ingested_at,
+        lines.row_key,
+        lines.waiting
+    from lines
+    left join outcomes
+        on lines.event_source = outcomes.event_source and lines.logicalid = outcomes.logicalid
+),
+
+final as (
+    select * from events
+    union all
+    select
+        event_id,
+        event_source,
+        logicalid,
+        -- a line's LSN: the one its logicalid names (staged lines are looked up by it)
+        case when logicalid rlike '{{ logicalid_pattern }}' then upper(element_at(split(logicalid, ':'), -2)) end
+            as commit_lsn,
+        cast(null as decimal(20, 0)) as sequence_number,
+        cast(null as string) as operation,  -- noqa: RF04
+        cast(null as string) as source_database,
+        cast(null as string) as source_schema,
+        cast(null as string) as source_table,
+        cast(null as array<struct<name: string, type: string, index: int>>) as source_columns,
+        cast(null as map<string, string>) as key_values,  -- noqa: LT01
+        cast(null as string) as old_image,
+        cast(null as string) as current_image,
+        cast(null as timestamp) as commit_time,
+        cast(null as int) as segment_count,
+        segment_index,
+        is_segment,
+        status,
+        quarantine_reason,
+        -- a segment of a complete event needs its line no more (the event row carries the data)
+        case when status != 'assembled' then landed_record end as landed_record,
+        _source_file,
+        _batch_id,
+        _ingested_at,
+        row_key
+    from line_outcomes
+    -- a line still waiting needs no update
+    where not (waiting and status = 'pending')
+)
+
+select * from final
+{%- endmacro %}
+
+{% macro default__ces_events(new_lines, prior=none, staged_lsns='false', waiting_from='', orphan_after=3) -%}
+    {{ exceptions.raise_compiler_error(sqlserver_cdc._not_supported('ces_events')) }}
+{%- endmacro %}
+
+{#- A CES logicalid: <database guid>:<commit LSN, 20 hex digits>:<sequence number>. -#}
+{% macro _ces_logicalid_pattern() -%}
+    {{ return('^[^:]+:[0-9A-Fa-f]{20}:[0-9]{1,20}$') }}
+{%- endmacro %}
