@@ -1,5 +1,6 @@
-"""`python -m cdc_tooling`: the demo, the simulated-data generator and the benchmark, on top of
-the runner (`python -m runner`), which never imports this package.
+"""`python -m cdc_tooling`: the demo, the simulated-data generator and the benchmark.
+
+They build on the runner (`python -m runner`), which never imports this package.
 
 Exit codes as the runner's: 0 success; 1 a model or test failed; 2 usage, configuration or
 infrastructure error.

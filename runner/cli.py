@@ -1,5 +1,6 @@
-"""`python -m runner`: run the pipeline, audit the tables, or scaffold declarations (the demo, the
-data generator and the benchmark are `python -m cdc_tooling`).
+"""`python -m runner`: run the pipeline, audit the tables, or scaffold declarations.
+
+The demo, the data generator and the benchmark are `python -m cdc_tooling`.
 
 Exit codes: 0 success; 1 a model or test failed (or rows were quarantined with --strict);
 2 usage, configuration or infrastructure error. The last line says what failed and what to do.
