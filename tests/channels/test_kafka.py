@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from kafka import TopicPartition
+from kafka.admin import KafkaAdminClient, NewPartitions
 
 from cdc_simulator.demo_data import DemoHistory
 from cdc_simulator.kafka_writer import produce
@@ -176,16 +178,8 @@ def test_records_deleted_by_retention_stop_their_source_until_the_gap_is_accepte
     # the next records are deleted by retention (the log start moves to the end) before a run
     produced.write(1, pipeline.landing)
     ends = _end_offsets(spark, broker, ["employees_hub"])
-    jvm = spark._jvm
-    props = jvm.java.util.Properties()
-    props.setProperty("bootstrap.servers", broker.bootstrap)
-    admin = jvm.org.apache.kafka.clients.admin.AdminClient.create(props)
-    deletions = jvm.java.util.HashMap()
-    for (topic, partition), end in ends.items():
-        deletions.put(jvm.org.apache.kafka.common.TopicPartition(topic, partition),
-                      jvm.org.apache.kafka.clients.admin.RecordsToDelete.beforeOffset(end))
-    admin.deleteRecords(deletions).all().get()
-    admin.close()
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    admin.delete_records({TopicPartition(topic, partition): end for (topic, partition), end in ends.items()})
     gapped = sorted(tp for tp in ends if ends[tp] > stored[tp])
     with pytest.raises(PipelineFailed, match="Kafka partition"):
         pipeline.run()
@@ -208,10 +202,7 @@ def test_records_deleted_by_retention_stop_their_source_until_the_gap_is_accepte
 
     # a partition added to the topic is read from its log start (an event delivered again there
     # is a duplicate to staging)
-    admin = jvm.org.apache.kafka.clients.admin.AdminClient.create(props)
-    increase = jvm.java.util.HashMap()
-    increase.put("employees_hub", jvm.org.apache.kafka.clients.admin.NewPartitions.increaseTo(4))
-    admin.createPartitions(increase).all().get()
+    admin.create_partitions({"employees_hub": NewPartitions(total_count=4)})
     admin.close()
     again = pipeline.rows("select raw_text from {s}_raw.landed_rows where landing_kind = 'ces' limit 2")
     produce(spark, broker.bootstrap, [{"topic": "employees_hub", "partition": 3, "value": r["raw_text"]} for r in again])
