@@ -51,7 +51,7 @@ from cdc_simulator import landing_writer
 from cdc_simulator.simulate import Column, TableSpec
 from runner import report
 from runner.project import copy_project
-from runner.scaffold import mart_checks
+from runner.scaffold import table_checks
 
 BASE_LSN = 0x0000002C_00000300_0000  # the first transaction's begin LSN
 LSN_STEP = 64  # LSNs per transaction: begin, up to 62 change rows, commit
@@ -71,6 +71,12 @@ TARGETS = {  # issue 15 "Benchmark on a realistic size"; measured, never asserte
     "no_op_unchanged_seconds": 10.0,  # ... and one that finds nothing changed since the last run's record
     "initial_over_reference": 1.5,  # against the plain PySpark full recompute
     "full_refresh_over_reference": 1.5,
+    # issue 29 "A run costs what changed"
+    "incremental_over_reference": 0.5,  # the 1% incremental against the plain PySpark full recompute
+    "many_two_of_many_over_two_of_two": 1.25,  # a batch on 2 of 50 declared tables / with only those 2 declared
+    "many_unchanged_table_seconds": 0.1,  # what an unchanged declared table adds to a run
+    "many_changed_table_seconds": 1.5,  # what a changed table adds to a run
+    "many_ten_changes_over_no_op": 4.0,  # a 10-change batch on 2 tables / a run that finds nothing new
 }
 
 
@@ -87,6 +93,13 @@ class BenchConfig:
     seed: int = 1
     work_dir: Path = Path("bench/work")
     results_dir: Path = Path("bench/results")
+    # the many-tables phases: this many tables declared, each with many_changes changes over
+    # many_keys keys (one change per table per transaction), then batches of many_batch changes
+    many_tables: int = 50
+    many_changes: int = 1000
+    many_keys: int = 200
+    many_batch: int = 10
+    phases: tuple[str, ...] = ("core", "events", "big", "many", "noop")
 
     def validate(self) -> None:
         from runner.errors import UsageError
@@ -99,6 +112,11 @@ class BenchConfig:
             raise UsageError("--columns must be 1..60 (the update mask is built in a 64-bit integer)")
         if not 0 < self.batch_fraction < 1 or self.state_factor < 2:
             raise UsageError("--batch-fraction must be in (0, 1) and --state-factor at least 2")
+        if not 3 <= self.many_tables <= LSN_STEP - 2 or self.many_changes < self.many_keys or self.many_batch < 1:
+            raise UsageError(f"--many-tables must be 3..{LSN_STEP - 2} and --many-changes at least --many-keys")
+        unknown = set(self.phases) - set(PHASES)
+        if unknown or not self.phases:
+            raise UsageError(f"--phases takes some of {', '.join(PHASES)}; got {', '.join(sorted(unknown)) or 'none'}")
 
     def per_table(self, total: int) -> int:
         """A per-table count that is a whole number of transactions (batches never split one)."""
@@ -107,9 +125,10 @@ class BenchConfig:
 
 
 EVENT_CHANNELS = ("ces", "debezium")
-# the staging key test of each channel, as the demo's staging YAML declares it
-STAGING_KEYS = {"change_tables": ["change_lsn", "operation_code", "{key}"], "ces": ["commit_lsn", "change_lsn"],
-                "debezium": ["{key}", "commit_lsn", "change_lsn", "command_id", "operation"]}
+# core: copy floor, initial load, incremental, full refresh, reference; events: CES and Debezium;
+# big: the state_factor times larger state; many: many declared tables, batches on few or all;
+# noop: runs that find nothing new (in the session, a fresh process, a fresh process with nothing changed)
+PHASES = ("core", "events", "big", "many", "noop")
 
 
 def declarations(cfg: BenchConfig, channel: str = "change_tables") -> dict[str, dict]:
@@ -132,20 +151,9 @@ def specs(tables: dict[str, dict]) -> list[TableSpec]:
 
 
 def _models_yml(tables: dict[str, dict]) -> str:
-    """The data tests the demo tables carry, scoped the same way (batch-scoped on incremental runs,
-    whole-table ones tagged cdc_audit), for the benchmark tables (a run costs its tests too)."""
-    models = []
-    for name, t in tables.items():
-        key, columns = t["key"], [c["name"] for c in t["columns"]]
-        staged = [k for c in STAGING_KEYS[t["channel"]] for k in (key if c == "{key}" else [c])]
-        checks = mart_checks(name, key, columns)
-        models += [
-            {"name": f"stg_{t['channel']}__{name}", "data_tests": [{"sqlserver_cdc.primary_key": {
-                "arguments": {"columns": staged, "counted_where": "quarantine_reason is null"},
-                "config": {"where": "__cdc_batch_lsns__"}}}]},
-            {"name": f"{name}_current", "data_tests": checks["current"]},
-            {"name": f"{name}_history", "data_tests": checks["history"]},
-        ]
+    """The data tests the demo tables carry (every check of a table in one test, scoped to what a
+    run applies), for the benchmark tables (a run costs its tests too)."""
+    models = [{"name": f"{name}_current", "data_tests": table_checks(name)} for name in tables]
     return yaml.safe_dump({"version": 2, "models": models}, sort_keys=False)
 
 
@@ -613,7 +621,7 @@ def run_bench(cfg: BenchConfig, project_dir: Path, progress=None) -> dict:
     os.environ["SQLSERVER_CDC_STATE_DIR"] = str(work / "state")
     tables = declarations(cfg)
     project = bench_project(project_dir, work / "project", tables)
-    events = EVENT_CHANNELS
+    events = EVENT_CHANNELS if "events" in cfg.phases else ()
     projects = {channel: bench_project(project_dir, work / f"project_{channel}", declarations(cfg, channel))
                 for channel in events}
     changes, keys = cfg.per_table(cfg.changes), max(1, cfg.keys // cfg.tables)
@@ -621,25 +629,20 @@ def run_bench(cfg: BenchConfig, project_dir: Path, progress=None) -> dict:
     big = f"{cfg.state_factor}x"
     states = {  # name: landing folder, changes per table, keys per table, project
         "1x": (work / "landing_1x", changes, keys, project),
-        big: (work / f"landing_{big}", changes * cfg.state_factor, keys * cfg.state_factor, project),
+        **({big: (work / f"landing_{big}", changes * cfg.state_factor, keys * cfg.state_factor, project)}
+           if "big" in cfg.phases else {}),
         **{channel: (work / f"landing_{channel}", changes, keys, projects[channel]) for channel in events},
     }
     phases: list[Phase] = []
+    reference: dict = {}
     with PeakMemory() as memory:
         spark = create_session(load_target(project, "local"), project)
-        progress.step(f"bench: generating {cfg.tables} tables x {changes:,} changes over {keys:,} keys "
-                      f"(and x{cfg.state_factor}), batches of {batch:,} changes per table")
         landed, batch_rows = {}, {}
 
         def write(name: str, landing: Path, first: int, last: int, k: int, label: str) -> int:
             if name in events:
                 return write_event_workload(spark, landing, declarations(cfg, name), name, first, last, k, cfg, label)
             return write_workload(spark, landing, tables, first, last, k, cfg, label)
-
-        for name, (landing, n, k, _) in states.items():
-            landed[name] = write(name, landing, 0, n, k, "initial")
-        for name, (landing, n, k, _) in states.items():  # generated now, moved in when its phase starts
-            batch_rows[name] = write(name, work / f"batch_{name}", n, n + batch, k, "batch")
 
         def land_batch(name: str) -> None:
             source, landing = work / f"batch_{name}", states[name][0]
@@ -654,83 +657,172 @@ def run_bench(cfg: BenchConfig, project_dir: Path, progress=None) -> dict:
             target = load_target(project_dir, "local")
             return lambda: run_pipeline(project_dir, target, landing, progress=report.Progress(), **kwargs)
 
-        copy_input = [str(p) for p in (states["1x"][0] / "change_tables").glob("*/initial")]
-        phases.append(_timed(progress, "copy floor", landed["1x"], lambda: spark.read.parquet(*copy_input)
-                             .write.mode("overwrite").parquet(str(work / "copy_floor"))))
-        phases.append(_timed(progress, "initial load", landed["1x"], pipeline("1x")))
-        land_batch("1x")
-        phases.append(_timed(progress, "incremental", batch_rows["1x"], pipeline("1x")))
-        phases.append(_timed(progress, "full refresh", landed["1x"] + batch_rows["1x"], pipeline("1x", full_refresh=True)))
-        reference_dir = work / "reference"
-        phases.append(_timed(progress, "reference", landed["1x"] + batch_rows["1x"],
-                             lambda: write_reference(spark, states["1x"][0], tables, reference_dir),
-                             "plain PySpark full recompute of the marts from the same files"))
-        reference = {"1x": check_reference(spark, "bench_1x", reference_dir, tables, progress)}
-        for channel in events:  # the same changes as events: the marts must equal the same reference
-            phases.append(_timed(progress, f"{channel} initial load", landed[channel], pipeline(channel), "events"))
-            land_batch(channel)
-            phases.append(_timed(progress, f"{channel} incremental", batch_rows[channel], pipeline(channel), "events"))
-            reference[channel] = check_reference(spark, f"bench_{channel}", reference_dir, tables, progress)
-        phases.append(_timed(progress, f"initial load {big}", landed[big], pipeline(big)))
-        land_batch(big)
-        phases.append(_timed(progress, f"incremental {big}", batch_rows[big], pipeline(big)))
-        phases.append(_timed(progress, f"full refresh {big}", landed[big] + batch_rows[big], pipeline(big, full_refresh=True)))
-        phases.append(_timed(progress, "no-op (in session)", 0, pipeline("1x")))
+        if {"core", "events", "big", "noop"} & set(cfg.phases):
+            progress.step(f"bench: generating {cfg.tables} tables x {changes:,} changes over {keys:,} keys "
+                          f"(and x{cfg.state_factor}), batches of {batch:,} changes per table")
+            for name, (landing, n, k, _) in states.items():
+                landed[name] = write(name, landing, 0, n, k, "initial")
+            for name, (landing, n, k, _) in states.items():  # generated now, moved in when its phase starts
+                batch_rows[name] = write(name, work / f"batch_{name}", n, n + batch, k, "batch")
+            copy_input = [str(p) for p in (states["1x"][0] / "change_tables").glob("*/initial")]
+            phases.append(_timed(progress, "copy floor", landed["1x"], lambda: spark.read.parquet(*copy_input)
+                                 .write.mode("overwrite").parquet(str(work / "copy_floor"))))
+            phases.append(_timed(progress, "initial load", landed["1x"], pipeline("1x")))
+        if "core" in cfg.phases:
+            land_batch("1x")
+            phases.append(_timed(progress, "incremental", batch_rows["1x"], pipeline("1x")))
+            phases.append(_timed(progress, "full refresh", landed["1x"] + batch_rows["1x"],
+                                 pipeline("1x", full_refresh=True)))
+            reference_dir = work / "reference"
+            phases.append(_timed(progress, "reference", landed["1x"] + batch_rows["1x"],
+                                 lambda: write_reference(spark, states["1x"][0], tables, reference_dir),
+                                 "plain PySpark full recompute of the marts from the same files"))
+            reference["1x"] = check_reference(spark, "bench_1x", reference_dir, tables, progress)
+            for channel in events:  # the same changes as events: the marts must equal the same reference
+                phases.append(_timed(progress, f"{channel} initial load", landed[channel], pipeline(channel), "events"))
+                land_batch(channel)
+                phases.append(_timed(progress, f"{channel} incremental", batch_rows[channel], pipeline(channel), "events"))
+                reference[channel] = check_reference(spark, f"bench_{channel}", reference_dir, tables, progress)
+        if "big" in cfg.phases:
+            phases.append(_timed(progress, f"initial load {big}", landed[big], pipeline(big)))
+            land_batch(big)
+            phases.append(_timed(progress, f"incremental {big}", batch_rows[big], pipeline(big)))
+            phases.append(_timed(progress, f"full refresh {big}", landed[big] + batch_rows[big],
+                                 pipeline(big, full_refresh=True)))
+        if "many" in cfg.phases:
+            phases += many_tables_phases(spark, cfg, project_dir, work, progress)
+        if "noop" in cfg.phases:
+            phases.append(_timed(progress, "no-op (in session)", 0, pipeline("1x")))
         _stop_releasing_metastore(spark)
-        env = {**os.environ, "SQLSERVER_CDC_SCHEMA": "bench_1x"}
-        command = [sys.executable, "-m", "runner", "run", "--project-dir", str(project), "--landing", str(states["1x"][0])]
+        if "noop" in cfg.phases:
+            env = {**os.environ, "SQLSERVER_CDC_SCHEMA": "bench_1x"}
+            command = [sys.executable, "-m", "runner", "run", "--project-dir", str(project), "--landing",
+                       str(states["1x"][0])]
 
-        def fresh_process(expected: str) -> None:
-            done = subprocess.run(command, check=False, env=env, capture_output=True, text=True)
-            if done.returncode != 0 or expected not in done.stdout:
-                raise RuntimeError(f"no-op run failed ({done.returncode}) or did not say '{expected}':\n"
-                                   f"{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
+            def fresh_process(expected: str) -> None:
+                done = subprocess.run(command, check=False, env=env, capture_output=True, text=True)
+                if done.returncode != 0 or expected not in done.stdout:
+                    raise RuntimeError(f"no-op run failed ({done.returncode}) or did not say '{expected}':\n"
+                                       f"{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
 
-        phases.append(_timed(progress, "no-op (fresh process)", 0, lambda: fresh_process("every mart is at its upper bound"),
-                             "python -m runner run, Spark start-up included"))
-        phases.append(_timed(progress, "no-op (fresh process, unchanged)", 0,
-                             lambda: fresh_process("Spark not started"),
-                             "the same run again: nothing changed since the last run's record, no Spark"))
+            phases.append(_timed(progress, "no-op (fresh process)", 0,
+                                 lambda: fresh_process("every mart is at its upper bound"),
+                                 "python -m runner run, Spark start-up included"))
+            phases.append(_timed(progress, "no-op (fresh process, unchanged)", 0,
+                                 lambda: fresh_process("Spark not started"),
+                                 "the same run again: nothing changed since the last run's record, no Spark"))
     return _report(cfg, phases, memory.peak, changes, keys, batch, reference)
+
+
+def many_tables_phases(spark, cfg: BenchConfig, project_dir: Path, work: Path, progress) -> list[Phase]:
+    """A run's cost against the tables it changes (docs/performance.md): a project declaring
+    `many_tables` tables (each `many_changes` changes over `many_keys` keys, one change per
+    table per transaction) and one declaring only two of them, on the same landed history. Timed:
+    a run that finds nothing new, a batch of `many_batch` changes on each of the two tables (in
+    both projects), then such a batch on every table of the large one."""
+    from runner.cli import run_pipeline
+    from runner.profile import load_target
+
+    many = BenchConfig(tables=cfg.many_tables, columns=4, width=cfg.width, rows_per_transaction=1, seed=cfg.seed)
+    tables = declarations(many)
+    two = dict(list(tables.items())[:2])
+    n, k, b = cfg.many_changes, cfg.many_keys, cfg.many_batch
+    setups = {"many": (tables, work / "landing_many"), "two": (two, work / "landing_two")}
+    projects = {name: bench_project(project_dir, work / f"project_{name}", declared) for name, (declared, _) in setups.items()}
+    progress.step(f"bench: generating {len(tables)} tables x {n:,} changes over {k:,} keys, batches of {b} changes")
+    for declared, landing in setups.values():
+        write_workload(spark, landing, declared, 0, n, k, many, "initial")
+
+    def run(name: str):
+        os.environ["SQLSERVER_CDC_SCHEMA"] = f"bench_{name}"
+        landing = setups[name][1]
+        target = load_target(projects[name], "local")
+        return lambda: run_pipeline(projects[name], target, landing, progress=report.Progress())
+
+    def land(name: str, declared: dict, first: int, label: str):
+        return lambda: write_workload(spark, setups[name][1], declared, first, first + b, k, many, label)
+
+    total = len(tables)
+    phases = [_timed(progress, f"many: initial load ({total} tables)", total * n, run("many")),
+              _timed(progress, "many: initial load (2 tables)", 2 * n, run("two"))]
+    phases.append(_timed(progress, f"many: no-op ({total} tables)", 0, run("many")))
+    phases.append(_timed(progress, "many: no-op (2 tables)", 0, run("two")))
+    land("many", two, n, "batch_two")()
+    land("two", two, n, "batch_two")()
+    phases.append(_timed(progress, f"many: {b} changes on 2 of {total} tables", 2 * b, run("many")))
+    phases.append(_timed(progress, f"many: {b} changes on 2 of 2 tables", 2 * b, run("two")))
+    land("many", tables, n + b, "batch_all")()
+    phases.append(_timed(progress, f"many: {b} changes on each of {total} tables", total * b, run("many")))
+    return phases
 
 
 def _report(cfg: BenchConfig, phases: list[Phase], peak: int, changes: int, keys: int, batch: int,
             reference: dict) -> dict:
+    """The report: phases, the ratios of the phases that ran, the targets those ratios meet."""
     by = {p.phase: p.seconds for p in phases}
     big = f"{cfg.state_factor}x"
+    m = cfg.many_tables
+
+    def ratio(a: str, b: str) -> float | None:
+        return by[a] / by[b] if a in by and b in by and by[b] else None
+
     ratios = {
-        "initial_over_copy": by["initial load"] / by["copy floor"],
-        "incremental_over_full_refresh": by["incremental"] / by["full refresh"],
-        "incremental_10x_over_1x": by[f"incremental {big}"] / by["incremental"],
-        "incremental_10x_over_full_refresh_10x": by[f"incremental {big}"] / by[f"full refresh {big}"],
-        "initial_over_reference": by["initial load"] / by["reference"],
-        "full_refresh_over_reference": by["full refresh"] / by["reference"],
-        **{f"{channel}_{phase}_over_change_tables": by[f"{channel} {name}"] / by[name]
+        "initial_over_copy": ratio("initial load", "copy floor"),
+        "incremental_over_full_refresh": ratio("incremental", "full refresh"),
+        "incremental_over_reference": ratio("incremental", "reference"),
+        "incremental_10x_over_1x": ratio(f"incremental {big}", "incremental"),
+        "incremental_10x_over_full_refresh_10x": ratio(f"incremental {big}", f"full refresh {big}"),
+        "initial_over_reference": ratio("initial load", "reference"),
+        "full_refresh_over_reference": ratio("full refresh", "reference"),
+        **{f"{channel}_{phase}_over_change_tables": ratio(f"{channel} {name}", name)
            for channel in EVENT_CHANNELS for phase, name in (("initial", "initial load"), ("incremental", "incremental"))},
+        "many_two_of_many_over_two_of_two": ratio(f"many: {cfg.many_batch} changes on 2 of {m} tables",
+                                                   f"many: {cfg.many_batch} changes on 2 of 2 tables"),
+        "many_ten_changes_over_no_op": ratio(f"many: {cfg.many_batch} changes on 2 of 2 tables", "many: no-op (2 tables)"),
     }
-    fixed = by["no-op (in session)"]  # a run's fixed cost: everything but the batch's work
-    values = {**ratios, "initial_over_copy_goal": ratios["initial_over_copy"], "no_op_seconds": by["no-op (fresh process)"],
-              "no_op_unchanged_seconds": by["no-op (fresh process, unchanged)"]}
+    seconds = {}
+    if f"many: {cfg.many_batch} changes on each of {m} tables" in by:
+        all_changed = by[f"many: {cfg.many_batch} changes on each of {m} tables"]
+        two_changed = by[f"many: {cfg.many_batch} changes on 2 of {m} tables"]
+        seconds = {
+            # each unchanged table's share of a run (2 of many against 2 of 2)
+            "many_unchanged_table_seconds": (two_changed - by[f"many: {cfg.many_batch} changes on 2 of 2 tables"]) / (m - 2),
+            # each changed table's share of a run (all changed against 2 changed)
+            "many_changed_table_seconds": (all_changed - two_changed) / (m - 2),
+            "many_no_op_seconds": by[f"many: no-op ({m} tables)"],
+        }
+    ratios = {k: v for k, v in ratios.items() if v is not None}
+    fixed = by.get("no-op (in session)")  # a run's fixed cost: everything but the batch's work
+    values = {**ratios, **seconds}
+    if "initial_over_copy" in ratios:
+        values["initial_over_copy_goal"] = ratios["initial_over_copy"]
+    if "no-op (fresh process)" in by:
+        values.update(no_op_seconds=by["no-op (fresh process)"], no_op_unchanged_seconds=by["no-op (fresh process, unchanged)"])
     config = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()}
-    return {
+    result = {
         "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
         "config": config,
         "per_table": {"changes": changes, "keys": keys, "batch_changes": batch},
         "phases": [{**asdict(p), "rows_per_second": round(p.rows_per_second, 1)} for p in phases],
         "ratios": {k: round(v, 3) for k, v in ratios.items()},
-        "no_op_seconds": round(by["no-op (fresh process)"], 2),
-        "no_op_unchanged_seconds": round(by["no-op (fresh process, unchanged)"], 2),
-        "no_op_in_session_seconds": round(fixed, 2),
-        "variable_seconds": {name: round(by[name] - fixed, 2) for name in
-                             ("incremental", f"incremental {big}", *(f"{c} incremental" for c in EVENT_CHANNELS))},
+        "seconds": {k: round(v, 3) for k, v in seconds.items()},
         "peak_memory_mib": round(peak / 2**20),
         "targets": {name: {"value": round(values[name], 3), "target": limit, "met": values[name] <= limit}
-                    for name, limit in TARGETS.items()},
-        "reference_equal": all(r["equal"] for r in reference.values()),
-        "reference": reference["1x"]["tables"],
-        "channels_reference": {channel: reference[channel] for channel in EVENT_CHANNELS},
+                    for name, limit in TARGETS.items() if name in values},
     }
+    if fixed is not None:
+        result["no_op_in_session_seconds"] = round(fixed, 2)
+        result["variable_seconds"] = {name: round(by[name] - fixed, 2) for name in
+                                      ("incremental", f"incremental {big}", *(f"{c} incremental" for c in EVENT_CHANNELS))
+                                      if name in by}
+    if "no-op (fresh process)" in by:
+        result["no_op_seconds"] = round(by["no-op (fresh process)"], 2)
+        result["no_op_unchanged_seconds"] = round(by["no-op (fresh process, unchanged)"], 2)
+    if "1x" in reference:
+        result.update(reference_equal=all(r["equal"] for r in reference.values()), reference=reference["1x"]["tables"],
+                      channels_reference={c: reference[c] for c in EVENT_CHANNELS if c in reference})
+    return result
 
 
 def print_report(result: dict, stream=sys.stdout) -> None:
@@ -751,6 +843,8 @@ def print_report(result: dict, stream=sys.stdout) -> None:
     print(file=stream)
     targets.print_table(max_columns=None, max_column_width=40, output=stream)
     print(f"\npeak memory (process and JVM): {result['peak_memory_mib']} MiB", file=stream)
+    if result.get("seconds"):
+        print("many tables: " + ", ".join(f"{name} {s:.2f} s" for name, s in result["seconds"].items()), file=stream)
     if "variable_seconds" in result:
         print(f"a run's fixed cost (no-op in the session): {result['no_op_in_session_seconds']:.1f} s; variable cost: "
               + ", ".join(f"{name} {s:.1f} s" for name, s in result["variable_seconds"].items()), file=stream)

@@ -57,6 +57,13 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--state-factor", type=int, default=defaults.state_factor,
                        help="how many times larger the second state is")
     bench.add_argument("--seed", type=int, default=defaults.seed)
+    bench.add_argument("--many-tables", type=int, default=defaults.many_tables,
+                       help="tables declared in the many-tables phases (a batch on 2 of them, then on all)")
+    bench.add_argument("--many-changes", type=int, default=defaults.many_changes, help="changes per table there")
+    bench.add_argument("--many-keys", type=int, default=defaults.many_keys, help="keys per table there")
+    bench.add_argument("--many-batch", type=int, default=defaults.many_batch, help="changes per table in their batches")
+    bench.add_argument("--phases", nargs="+", default=list(defaults.phases), metavar="PHASE",
+                       help="the phases to run: core, events (needs core), big, many, noop (default: all)")
     bench.add_argument("--work-dir", type=Path, default=PROJECT_DIR / "bench/work", help="scratch folder (wiped)")
     bench.add_argument("--results-dir", type=Path, default=PROJECT_DIR / "bench/results")
     return parser
@@ -99,6 +106,8 @@ def _bench(args, progress) -> int:
         changes=args.changes, keys=args.keys, tables=args.tables, columns=args.columns, width=args.width,
         rows_per_transaction=args.rows_per_transaction, batch_fraction=args.batch_fraction,
         state_factor=args.state_factor, seed=args.seed, work_dir=args.work_dir, results_dir=args.results_dir,
+        many_tables=args.many_tables, many_changes=args.many_changes, many_keys=args.many_keys,
+        many_batch=args.many_batch, phases=tuple(args.phases),
     )
     result = bench.run_bench(cfg, args.project_dir, progress)
     bench.print_report(result)

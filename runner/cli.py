@@ -13,8 +13,8 @@ import uuid
 from datetime import datetime, timezone
 from pathlib import Path
 
-from runner import kafka, landing, report
-from runner.dbt import Dbt
+from runner import kafka, landing, plan, report
+from runner.dbt import Dbt, failures
 from runner.errors import EXIT_OK, InfrastructureError, PipelineFailed, RunnerError, UsageError
 from runner.lock import RunnerLock, describe_previous, lock_path
 from runner.profile import load_target
@@ -70,20 +70,22 @@ def _batch_id() -> str:
 def run_pipeline(project_dir: Path, target, landing_dir: Path, *, select: list[str] = (),
                  full_refresh: bool = False, upper_lsn: str | None = None, strict: bool = False,
                  progress=None, kafka_sources: list | None = None, accept_kafka_gap: list[str] = ()) -> list[dict]:
-    """Lands, builds and reports one run; returns the summary rows (one per tracked table).
-    Two dbt invocations on one parse of the project: `run-operation begin_run` lands the new
-    files, decides the window and writes the run ledger's row; `dbt build` applies it, and its
-    on-run-end hook closes the row (docs/operations.md "The run ledger"). Every step is SQL sent through dbt,
-    so it runs on whatever Spark the target names (for a session target, the caller has created
-    the SparkSession first), except landing from Kafka sources (default: the project's), which
+    """Lands, plans, builds and reports one run; returns the summary rows (one per tracked table).
+    Three dbt invocations on one parse of the project (docs/operations.md "The runner"): `run-operation
+    begin_run` lands the new files and reports the facts the run is planned from; runner/plan.py
+    decides the windows and what to build; `dbt build` builds only that (the plan reaches the
+    models as var cdc_plan); `run-operation finish_run` records the watermarks the plan's
+    `advance` moved and writes the run ledger's row, once. Every step is SQL sent through dbt, so
+    it runs on whatever Spark the target names (for a session target, the caller has created the
+    SparkSession first), except landing from Kafka sources (default: the project's), which
     appends to the raw table from the session before begin_run (runner/kafka.py). Raises
     PipelineFailed (also when strict and this run's batches quarantined rows, or when a Kafka
     source stopped at a retention gap)."""
     progress = progress or report.Progress()
+    started_at = datetime.now(timezone.utc)
     batch_id = _batch_id()
-    # constant across incremental runs, so one parse serves them (the window is in the ledger)
-    dbt = Dbt(project_dir, target.name, {"cdc_raw_schema": target.raw_schema, "cdc_runner": True,
-                                         "cdc_checks": "all" if full_refresh else "batch"})
+    # constant across runs, so one parse serves them (the plan is a var of the build only)
+    dbt = Dbt(project_dir, target.name, {"cdc_raw_schema": target.raw_schema})
     sources = kafka.sources(project_dir) if kafka_sources is None else kafka_sources
     stopped = _land_kafka(dbt, target, sources, batch_id, accept_kafka_gap, progress) if sources else []
     if sources and not landing_dir.exists():  # a project fed by Kafka alone needs no landing folder
@@ -93,55 +95,99 @@ def run_pipeline(project_dir: Path, target, landing_dir: Path, *, select: list[s
         files = landing.files_to_land(landing_dir)
         progress.step(f"landing new files from {landing_dir} (batch {batch_id})")
     begun = dbt.operation("sqlserver_cdc.begin_run", {
-        "files": files, "batch_id": batch_id, "raw_schema": target.raw_schema,
-        "upper_lsn": upper_lsn, "force": bool(full_refresh or select), "full_refresh": full_refresh,
-        "stopped": stopped,
-    }).get("begin_run")
+        "files": files, "batch_id": batch_id, "raw_schema": target.raw_schema, "upper_lsn": upper_lsn}).get("begin_run")
     if begun is None:
         raise InfrastructureError("begin_run reported nothing: is the project's sqlserver_cdc package current?")
-    landed = begun["landed"]
-    progress.step(f"landed {sum(landed.values())} records from {len(landed)} folders")
-    refused = begun.get("refused") or []
-    for line in report.landing_lines(begun):
+    facts = plan.facts_from_report(begun)
+    the_plan = plan.plan_run(facts, plan.Options(
+        upper_lsn=begun.get("upper_lsn"), full_refresh=full_refresh, select=tuple(select),
+        manifests_required=bool(begun.get("manifests_required")), stopped=tuple(stopped)))
+    progress.step(f"landed {sum(facts.landed_now.values())} records from {len(facts.landed_now)} folders")
+    for line in report.landing_lines(facts, the_plan):
         progress.step(line)
-    for channel in begun["channels"]:
-        if begun["upper_lsn"].get(channel):
-            progress.step(f"window ({channel}): changes up to LSN 0x{begun['upper_lsn'][channel]} (one bound for its tables)")
-        else:
-            progress.step(f"window ({channel}): nothing landed yet to apply")
-    if begun["status"] == "nothing_to_do":
+    for line in report.window_lines(facts, the_plan):
+        progress.step(line)
+    results: list[plan.NodeResult] = []
+    if the_plan.status == "nothing_to_do":
         progress.step("nothing new landed and every mart is at its upper bound: nothing to build")
-        _refused(refused, stopped)
-        return []
-    progress.step("dbt build" + (" --full-refresh" if full_refresh else ""))
-    reports: dict[str, object] = {}
-    # an incremental run checks what it changed; a full refresh audits whole tables (docs/operations.md
-    # "Checks: batch and audit")
-    # and leaves out seeds already loaded (they only feed data tests)
-    exclude = [] if full_refresh else ["tag:cdc_audit"] + (["resource_type:seed"] if begun.get("seeds_loaded") else [])
-    failed = dbt.build(list(select), full_refresh, exclude=exclude, reports=reports)
-    finished = reports.get("finish_run")
+    elif not (select or full_refresh or the_plan.build or the_plan.build_seeds):
+        progress.step("no table has changes in its window: nothing to build")
+    else:
+        selection = list(select) if select or full_refresh else the_plan.build + (
+            ["resource_type:seed"] if the_plan.build_seeds else [])
+        # an incremental run checks what it changed; a full refresh audits whole tables (docs/operations.md
+        # "Checks: batch and audit"), and leaves out seeds already loaded (they only feed data tests)
+        exclude = [] if full_refresh else ["tag:cdc_audit"] + ([] if the_plan.build_seeds or select else ["resource_type:seed"])
+        progress.step("dbt build" + (" --full-refresh" if full_refresh else "")
+                      + ("" if select or full_refresh else f" of {len(the_plan.build)} model(s)"))
+        # dbt's own materializations (seeds, views) look relations up in its cache; the project's
+        # (staging, marts) never do, so an incremental run skips listing the schema
+        plain = bool(select or full_refresh or the_plan.build_seeds or set(the_plan.build) & set(plan.VIEWS))
+        results = dbt.build(selection, full_refresh, exclude=exclude, run_vars={"cdc_plan": the_plan.var()},
+                            populate_cache=plain)
+    outcome = plan.advance(the_plan, facts, results)
+    finished = dbt.operation("sqlserver_cdc.finish_run", _finish_args(the_plan, facts, outcome, started_at, stopped)
+                             ).get("finish_run")
     if finished is None:
-        raise PipelineFailed(f"the build ended before its on-run-end hook closed run {batch_id} in the ledger"
-                             + (f" ({'; '.join(failed[:3])})" if failed else "") + ": fix the cause and re-run")
-    summary = finished.get("tables") or []
+        raise InfrastructureError("finish_run reported nothing: is the project's sqlserver_cdc package current?")
+    summary = finished["tables"]
     quarantined = sum(int(r["quarantined"]) for r in summary)
-    for stream in finished.get("streams") or []:
-        progress.step(report.stream_line(stream["channel"], stream))
-        quarantined += int(stream["quarantined"])
-    report.print_table(report.summary_table(summary))
+    if the_plan.status != "nothing_to_do":
+        for stream in finished["streams"]:
+            progress.step(report.stream_line(stream["channel"], stream))
+            quarantined += int(stream["quarantined"])
+        report.print_table(report.summary_table(summary))
     if quarantined:
         progress.step(f"{quarantined} landed rows were quarantined in this run's batches: see the cdc_quarantine view "
                       f"(where _batch_id <= '{batch_id}')")
-    if failed:
+    if outcome.failed:
         raise PipelineFailed(
-            f"{len(failed)} dbt node(s) failed ({'; '.join(failed[:3])}); watermarks of the affected marts were "
+            f"{len(outcome.failed)} failure(s) ({'; '.join(outcome.failed[:3])}); watermarks of the affected marts were "
             "not advanced: fix the cause and re-run"
         )
-    _refused(refused, stopped)
+    _refused(list(facts.refused), stopped)
     if strict and quarantined:
         raise PipelineFailed("rows were quarantined and --strict is set; inspect cdc_quarantine")
-    return summary
+    return summary if the_plan.status != "nothing_to_do" else []
+
+
+def _finish_args(the_plan: plan.Plan, facts: plan.Facts, outcome: plan.Outcome, started_at: datetime,
+                 stopped: list[str]) -> dict:
+    """What finish_run records: the ledger row's fields, the per-table counts to take, the moved
+    watermarks."""
+    previous = facts.previous.tables if facts.previous else {}
+    tables = []
+    for t in facts.tables:
+        current = the_plan.models[t.current]
+        mark = outcome.watermarks.get(t.current, plan.Watermark())
+        tables.append({
+            "name": t.name, "channel": t.channel, "staging": t.staging,
+            "staged": outcome.watermarks.get(t.staging, plan.Watermark()).batch == the_plan.run_id,
+            "applied": t.current in outcome.built and t.history in outcome.built,
+            "lower_lsn": current.lower_lsn, "lower_batch": current.lower_batch,
+            "lsn_reached": mark.lsn, "batch_reached": mark.batch, "advanced": outcome.advanced.get(t.current, False),
+            "current_rows": (previous.get(t.name) or {}).get("current_rows"),
+            "history_versions": (previous.get(t.name) or {}).get("history_versions"),
+        })
+    streams = [{"channel": channel, "counted": outcome.watermarks.get(model, plan.Watermark()).batch == the_plan.run_id,
+                "quarantined_total": (facts.previous.streams.get(channel, {}) if facts.previous else {}).get("quarantined_total")}
+               for channel, model in plan.EVENT_MODELS.items() if any(t.channel == channel for t in facts.tables)]
+    moved = [{"model": name, "lsn": w.lsn, "batch": w.batch, "declaration": w.declaration}
+             for name, w in sorted(outcome.watermarks.items()) if facts.watermarks.get(name) != w]
+    run = {
+        "run_id": the_plan.run_id, "started_at": started_at.strftime("%Y-%m-%d %H:%M:%S.%f"), "status": outcome.status,
+        "full_refresh": the_plan.full_refresh, "since_run_id": the_plan.since, "landed": facts.landed_now,
+        "landed_lsn": {k: v for k, v in the_plan.landed_lsn.items() if v},
+        "upper_lsn": {k: v for k, v in the_plan.upper_lsn.items() if v},
+        "upper_batch": {k: v for k, v in the_plan.upper_batch.items() if v},
+        "exported_lsn": {k: v for k, v in the_plan.export.exported.items() if v},
+        "manifests_from": the_plan.export.manifests_from, "refused": [*facts.refused, *stopped],
+        "failed_nodes": outcome.failed,
+        "landed_through": {k: {"lsn": v.lsn, "batch": v.batch} for k, v in sorted(the_plan.landed.items())},
+        "plan": the_plan.to_json(),
+    }
+    return {"run": run, "tables": tables, "streams": streams, "watermarks": moved,
+            "capture_lsn": the_plan.landed_lsn.get("change_tables")}
 
 
 def _land_kafka(dbt, target, sources: list, batch_id: str, accept_gap, progress) -> list[str]:
@@ -258,7 +304,7 @@ def _audit(args, target, progress) -> int:
     normal run scopes to its batch, run on demand (docs/operations.md "Checks: batch and audit")."""
     dbt = Dbt(args.project_dir, target.name, {"cdc_raw_schema": target.raw_schema, "cdc_checks": "all"})
     progress.step("dbt test over whole tables (audit)")
-    failed = dbt.build(list(args.select), False, command="test")
+    failed = failures(dbt.build(list(args.select), False, command="test"))
     if failed:
         raise PipelineFailed(f"audit: {len(failed)} test(s) failed ({'; '.join(failed[:3])}); see the log above")
     progress.step("audit passed: every data test holds on the whole tables")

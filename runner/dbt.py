@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from runner.errors import InfrastructureError, PipelineFailed
+from runner.plan import NodeResult
 
 # the manifest of the last project parsed in this process (see Dbt.parse)
 _MANIFESTS: dict[tuple, object] = {}
@@ -24,15 +25,16 @@ class Dbt:
     quiet: bool = False
     manifest: object = None
 
-    def _args(self, command: list[str]) -> list[str]:
+    def _args(self, command: list[str], run_vars: dict | None = None) -> list[str]:
         args = [
             *command,
             "--project-dir", str(self.project_dir),
             "--profiles-dir", str(self.project_dir),
             "--target", self.target,
         ]
-        if self.vars:
-            args += ["--vars", json.dumps(self.vars)]
+        merged = {**self.vars, **(run_vars or {})}
+        if merged:
+            args += ["--vars", json.dumps(merged)]
         return args
 
     def parse(self):
@@ -62,20 +64,24 @@ class Dbt:
         env = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(("SQLSERVER_CDC_", "DBT_"))))
         return (str(self.project_dir), self.target, json.dumps(self.vars, sort_keys=True), env, stats)
 
-    def invoke(self, command: list[str], quiet: bool | None = None, callbacks: list | None = None):
+    def invoke(self, command: list[str], quiet: bool | None = None, callbacks: list | None = None,
+               run_vars: dict | None = None, flags: list[str] = ()):
+        """Runs a dbt command on the parsed project. run_vars are this invocation's vars on top of the
+        Dbt object's (a run's plan): dbt reads vars when it renders a node, so they need no re-parse."""
         from dbt.cli.main import dbtRunner
 
-        flags = ["--quiet", "--log-level", "none"] if (self.quiet if quiet is None else quiet) else []
+        quieting = ["--quiet", "--log-level", "none"] if (self.quiet if quiet is None else quiet) else []
         runner = dbtRunner(manifest=self.parse(), callbacks=callbacks or [])
-        result = runner.invoke(flags + self._args(command))
+        result = runner.invoke([*quieting, *flags, *self._args(command, run_vars)])
         if result.exception is not None:
             raise InfrastructureError(f"dbt {command[0]} could not run: {result.exception}".splitlines()[0])
         return result
 
     def build(self, select: list[str], full_refresh: bool, exclude: list[str] = (), command: str = "build",
-              reports: dict | None = None) -> list[str]:
-        """Runs `dbt build` (or `dbt test`); returns the failed nodes (empty when everything passed);
-        what its hooks reported is added to `reports`."""
+              run_vars: dict | None = None, populate_cache: bool = True) -> list[NodeResult]:
+        """Runs `dbt build` (or `dbt test`); returns every node's result (`failures` lists the
+        failed ones). populate_cache=False skips dbt's listing of the schema's relations before
+        the build (the runner's materializations never look a relation up)."""
         command = [command]
         if select:
             command += ["--select", *select]
@@ -83,16 +89,14 @@ class Dbt:
             command += ["--exclude", *exclude]
         if full_refresh:
             command.append("--full-refresh")
-        found: dict[str, object] = {} if reports is None else reports
-        result = self.invoke(command, callbacks=[lambda event: _collect_report(event, found)])
-        failed = [
-            f"{r.node.resource_type} {r.node.name}: {r.status}" + _first_error_line(r.message)
-            for r in (result.result or [])
-            if str(r.status) in ("error", "fail")
-        ]
-        if not result.success and not failed:
-            failed = [f"dbt {command[0]} reported failure (see the log above)"]
-        return failed
+        result = self.invoke(command, run_vars=run_vars, flags=[] if populate_cache else ["--no-populate-cache"])
+        nodes = [NodeResult(name=r.node.name, resource_type=r.node.resource_type, status=str(r.status),
+                            depends_on=tuple(n.split(".")[-1] for n in getattr(r.node.depends_on, "nodes", ())),
+                            message=_first_error_line(r.message) if str(r.status) in ("error", "fail") else "")
+                 for r in (result.result or [])]
+        if not result.success and not failures(nodes):
+            nodes.append(NodeResult(f"dbt {command[0]}", "command", "error", message="reported failure (see the log above)"))
+        return nodes
 
     def operation(self, macro: str, args: dict[str, object]) -> dict[str, object]:
         """Runs a macro with `dbt run-operation` (its statements share one connection, so temporary
@@ -137,14 +141,20 @@ def _collect_report(event, reports: dict[str, object]) -> None:
             reports[name[len(REPORT_PREFIX):]] = json.loads(payload)
 
 
+def failures(nodes: list[NodeResult]) -> list[str]:
+    """The failed nodes of a build, one line each: "<type> <name>: <status>[ - reason]"."""
+    return [f"{n.resource_type} {n.name}: {n.status}" + (f" - {n.message}" if n.message else "")
+            for n in nodes if n.status in ("error", "fail")]
+
+
 def _first_error_line(message: str | None) -> str:
     """The line of a dbt error message that says what happened (Spark prefixes its own)."""
     lines = [line.strip() for line in (message or "").splitlines() if line.strip()]
     for line in lines:
-        if "gap detected" in line or "validity interval" in line:
-            return " - " + line[line.find("gap detected") if "gap detected" in line else 0:]
+        if "validity interval" in line:
+            return line
     useful = [line for line in lines if not re.fullmatch(r"(Compilation|Runtime|Database) Error( in .*)?", line)]
-    return (" - " + useful[0][:300]) if useful else ""
+    return useful[0][:300] if useful else ""
 
 
 def _spark_reason(message: str) -> str:

@@ -58,15 +58,24 @@ def tracked_tables(project_dir: Path) -> list[TableSpec]:
     return specs
 
 
+def model_files(name: str, channel: str) -> dict[str, str]:
+    """The three thin model files of a tracked table, where docs/tables.md "Declaring a tracked
+    table" puts them, each with the one macro call it holds."""
+    return {
+        f"models/staging/{channel}/stg_{channel}__{name}.sql": f"{STAGING_MACROS[channel]}('{name}')",
+        f"models/marts/{name}/{name}_current.sql": f"current_state('{name}')",
+        f"models/marts/{name}/{name}_history.sql": f"history('{name}')",
+    }
+
+
 def check_model_files(project_dir: Path) -> None:
-    """Every declared tracked table has its four thin model files somewhere under models/ (dbt
+    """Every declared tracked table has its three thin model files somewhere under models/ (dbt
     would otherwise report the missing staging model against the cdc_quarantine view that reads
     it). Raises UsageError naming the table and the missing files."""
     present = {p.name for p in (project_dir / "models").rglob("*.sql")}
     problems = []
     for t in tracked_tables(project_dir):
-        names = [f"stg_{t.channel}__{t.name}.sql", f"int_{t.name}__transactions.sql", f"{t.name}_current.sql",
-                 f"{t.name}_history.sql"]
+        names = [Path(f).name for f in model_files(t.name, t.channel)]
         if missing := [n for n in names if n not in present]:
             problems.append(f"tracked table '{t.name}' has no model file {', '.join(missing)}")
     if problems:
@@ -101,15 +110,13 @@ def copy_project(source: Path, destination: Path, tables: dict[str, dict], repla
     for name, table in removed.items():
         (destination / "models/staging" / table["channel"] / f"stg_{table['channel']}__{name}.sql").unlink()
         shutil.rmtree(destination / "models/marts" / name)
-        (destination / "models/intermediate" / f"int_{name}__transactions.sql").unlink()
     if replace:
         for yml in ("models/staging/change_tables/_change_tables__models.yml", "models/staging/ces/_ces__models.yml",
-                    "models/staging/debezium/_debezium__models.yml", "models/intermediate/_intermediate__models.yml",
-                    "models/marts/_marts__models.yml"):
+                    "models/staging/debezium/_debezium__models.yml", "models/marts/_marts__models.yml"):
             (destination / yml).unlink()
     elif removed:
         _drop_model_properties(destination, {model for name, table in removed.items() for model in (
-            f"stg_{table['channel']}__{name}", f"int_{name}__transactions", f"{name}_current", f"{name}_history")})
+            f"stg_{table['channel']}__{name}", f"{name}_current", f"{name}_history")})
     declared.update(tables)
     (destination / "dbt_project.yml").write_text(yaml.safe_dump(config, sort_keys=False))
     for name, table in tables.items():
@@ -118,18 +125,11 @@ def copy_project(source: Path, destination: Path, tables: dict[str, dict], repla
 
 
 def write_model_files(project_dir: Path, name: str, channel: str) -> list[str]:
-    """Writes the four thin model files of a tracked table where docs/tables.md "Declaring a tracked
-    table" puts them, unless a file of that name exists anywhere under models/; returns what it
-    wrote."""
+    """Writes the three thin model files of a tracked table (model_files), unless a file of that
+    name exists anywhere under models/; returns what it wrote."""
     present = {p.name for p in (project_dir / "models").rglob("*.sql")}
-    files = {
-        f"models/staging/{channel}/stg_{channel}__{name}.sql": f"{STAGING_MACROS[channel]}('{name}')",
-        f"models/intermediate/int_{name}__transactions.sql": f"transactions('{name}')",
-        f"models/marts/{name}/{name}_current.sql": f"current_state('{name}')",
-        f"models/marts/{name}/{name}_history.sql": f"history('{name}')",
-    }
     written = []
-    for relative, call in files.items():
+    for relative, call in model_files(name, channel).items():
         path = project_dir / relative
         if path.name not in present:
             path.parent.mkdir(parents=True, exist_ok=True)

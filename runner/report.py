@@ -62,28 +62,47 @@ def stream_line(channel: str, s: dict[str, object]) -> str:
             f"({s['quarantined_total']} in all)")
 
 
-def landing_lines(begun: dict[str, object]) -> list[str]:
-    """What landing refused or held back, and what holds the change-table cut (begin_run's
-    refused, waiting, held_back, without_manifest, export_gaps, stale_snapshots)."""
-    lines = [f"REFUSED {reason}" for reason in begun.get("refused") or []]
-    waiting = begun.get("waiting") or []
+def landing_lines(facts, plan) -> list[str]:
+    """What landing refused or held back, and what holds the change-table cut (runner/plan.py's
+    facts and plan: refused and waiting files, export gaps, the table holding the cut, stale
+    snapshots, instances without manifests)."""
+    lines = [f"REFUSED {reason}" for reason in facts.refused]
+    waiting = list(facts.waiting)
     for item in waiting[:5]:
         lines.append(f"waiting: {item}")
     if len(waiting) > 5:
         lines.append(f"waiting: {len(waiting) - 5} more file(s)")
-    for gap in begun.get("export_gaps") or []:
+    for gap in plan.export.gaps:
         lines.append(f"export gap in {gap}: the cut stays below the gap until the missing export lands")
-    held = begun.get("held_back")
+    held = plan.export.held_back
     if held:
         reached = f"reaches 0x{held['exported_lsn']}" if held["exported_lsn"] else "has no manifest landed yet"
         stop = f"stops at 0x{held['exported_lsn']}" if held["exported_lsn"] else "waits"
         lines.append(f"cut held back by {held['table']}: its export ({held['capture_instance']}) {reached}, capture has "
                      f"reached 0x{held['captured_lsn']}; every change-table mart {stop} until its next export lands "
                      "(the summary's lag shows how far behind)")
-    lines += [f"WARNING snapshot of {stale}" for stale in begun.get("stale_snapshots") or []]
-    without = begun.get("without_manifest") or []
-    if without:
-        lines.append(f"WARNING capture instance(s) {', '.join(without)} land without export manifests: their marts advance to "
-                     "the largest landed lsn_time_mapping LSN, so rows of theirs exported later than that mapping are "
-                     "never applied (docs/landing.md \"Export manifests\")")
+    lines += [f"WARNING snapshot of {stale}" for stale in plan.stale_snapshots]
+    if plan.export.without_manifest:
+        lines.append(f"WARNING capture instance(s) {', '.join(plan.export.without_manifest)} land without export manifests: "
+                     "their marts advance to the largest landed lsn_time_mapping LSN, so rows of theirs exported later than "
+                     "that mapping are never applied (docs/landing.md \"Export manifests\")")
+    return lines
+
+
+def window_lines(facts, plan) -> list[str]:
+    """Each channel's window bound, and what the run builds: the tables with changes in their
+    window (the others cost nothing), the tables stopped at a gap."""
+    lines = []
+    for channel in sorted({t.channel for t in facts.tables}):
+        if plan.upper_lsn.get(channel):
+            lines.append(f"window ({channel}): changes up to LSN 0x{plan.upper_lsn[channel]} (one bound for its tables)")
+        else:
+            lines.append(f"window ({channel}): nothing landed yet to apply")
+    applying = sorted(name for name, t in plan.tables.items() if t.apply)
+    if plan.status != "nothing_to_do" and not plan.full_refresh and not plan.select:
+        unchanged = len(plan.tables) - len(applying) - sum(1 for t in plan.tables.values() if t.gap)
+        lines.append(f"{len(applying)} table(s) with changes in their window"
+                     + (f" ({', '.join(applying[:10])}{', ...' if len(applying) > 10 else ''})" if applying else "")
+                     + f"; {unchanged} without: not built, their watermarks move to the bound")
+    lines += [f"STOPPED {t.gap}" for t in plan.tables.values() if t.gap]
     return lines

@@ -1,4 +1,4 @@
-"""`python -m runner scaffold`: the declaration, the four thin model files and the YAML docs of
+"""`python -m runner scaffold`: the declaration, the three thin model files and the YAML docs of
 each captured table, from the CDC metadata exports in the landing folder (docs/tables.md "Scaffolding").
 
 Reads `cdc_metadata/captured_columns/` (names, ordinals, `column_type`, and the lengths,
@@ -32,7 +32,6 @@ PLAIN_TYPES = ("int", "bigint", "smallint", "tinyint", "bit", "money", "smallmon
 # the fields a scaffolded declaration owns; any other field of an existing declaration is kept
 OWNED = ("channel", "capture_instance", "capture_instances", "source_schema", "source_table", "key", "columns")
 YAML_FILES = {"staging": "models/staging/change_tables/_change_tables__models.yml",
-              "intermediate": "models/intermediate/_intermediate__models.yml",
               "marts": "models/marts/_marts__models.yml"}
 
 
@@ -300,27 +299,15 @@ class _IndentedDumper(yaml.SafeDumper):
         return True
 
 
-def mart_checks(name: str, key: list[str], columns: list[str]) -> dict[str, list[dict]]:
-    """The data tests of a table's current and history marts, as the demo's carry them: key tests
-    scoped to the run, whole-table ones tagged cdc_audit (docs/operations.md "Checks: batch and audit")."""
-    return {
-        "current": [{"sqlserver_cdc.primary_key": {
-            "arguments": {"columns": key}, "config": {"where": "commit_lsn is null or commit_lsn > __cdc_watermark__"}}}],
-        "history": [
-            {"sqlserver_cdc.primary_key": {"arguments": {"columns": [*key, "valid_from_lsn"]},
-                                           "config": {"where": "valid_from_lsn is null or valid_from_lsn > __cdc_watermark__"}}},
-            {"sqlserver_cdc.primary_key": {"arguments": {"columns": key},
-                                           "config": {"where": "is_current", "tags": ["cdc_audit"]}}},
-            {"sqlserver_cdc.history_is_contiguous": {"arguments": {"key": key}, "config": {"tags": ["cdc_audit"]}}},
-            {"sqlserver_cdc.equal_rowsets": {
-                "arguments": {"compare_model": f"ref('{name}_current')", "columns": columns, "compare_where": "not is_deleted"},
-                "config": {"where": "is_current", "tags": ["cdc_audit"]}}},
-        ],
-    }
+def table_checks(name: str) -> list[dict]:
+    """The data tests of a tracked table, as the demo's carry them on its current-state mart: one
+    test with every check of the table, scoped to what a run applies (docs/operations.md "Checks:
+    batch and audit")."""
+    return [{"sqlserver_cdc.tracked_table_checks": {"arguments": {"table": name}}}]
 
 
 def model_properties(captured: Captured) -> dict[str, list[dict]]:
-    """The YAML entries (docs and data tests) of a change-table table's four models, per layer,
+    """The YAML entries (docs and data tests) of a change-table table's three models, per layer,
     as the demo's tables have them."""
     name, key = captured.name, captured.key
     source = ".".join(p for p in (captured.source_schema, captured.source_table) if p) or captured.capture_instance
@@ -333,9 +320,6 @@ def model_properties(captured: Captured) -> dict[str, list[dict]]:
     def doc(*names: str) -> list[dict]:
         return [{"name": n, "description": f"{{{{ doc('{n}') }}}}"} for n in names]
 
-    staged_key = ["capture_instance", "change_lsn", "operation_code", *key]
-    checks = mart_checks(name, key, [c["name"] for c in captured.columns])
-    staged_not_null = {"not_null": {"config": {"where": "quarantine_reason is null and __cdc_run_batches__"}}}
     staging = {
         "name": f"stg_change_tables__{name}",
         "description": f"Change rows of capture instance{'s' if len(captured.instances) > 1 else ''} "
@@ -343,46 +327,22 @@ def model_properties(captured: Captured) -> dict[str, list[dict]]:
                        + " "
                        f"for {source}: typed, `__$` names renamed, operation decoded. One row per landed row; "
                        "untrusted rows carry quarantine_reason.",
-        "data_tests": [{"sqlserver_cdc.primary_key": {
-            "arguments": {"columns": staged_key, "counted_where": "quarantine_reason is null",
-                          "nullable": ["capture_instance"]},
-            "config": {"where": "__cdc_batch_lsns__"}}}],
         "columns": [
-            *doc("capture_instance"),
-            {**doc("commit_lsn")[0], "data_tests": [staged_not_null]},
-            *doc("change_lsn", "command_id"),
-            {**doc("operation")[0], "data_tests": [staged_not_null]},
-            *doc("operation_code", "update_mask"),
+            *doc("capture_instance", "commit_lsn", "change_lsn", "command_id", "operation", "operation_code", "update_mask"),
             *columns("captured_column"),
             *doc("quarantine_reason", "landed_record", "_source_file", "_batch_id", "_ingested_at"),
-        ],
-    }
-    intermediate = {
-        "name": f"int_{name}__transactions",
-        "description": f"Net changes of {source} per key and committed transaction in the run's window, computed once "
-                       f"and applied by {name}_current and {name}_history. See docs/marts.md \"Marts\".",
-        "columns": [
-            *[c for c in columns("transaction_column") if c["name"] in key],
-            {"name": "commit_lsn", "description": "{{ doc('transaction_commit_lsn') }}"},
-            {"name": "operation_code", "description": "{{ doc('transaction_operation_code') }}"},
-            {"name": "update_mask", "description": "{{ doc('transaction_update_mask') }}"},
-            *[c for c in columns("transaction_column") if c["name"] not in key],
-            *doc("commit_time"),
         ],
     }
     current = {
         "name": f"{name}_current",
         "description": f"Current state of {source} (SCD type 1) as of the mart's watermark: one row per key, with the "
                        "commit LSN, commit time and operation of the last change. See docs/marts.md \"Marts\".",
-        "data_tests": checks["current"],
+        "data_tests": table_checks(name),
         "columns": [
             *columns("captured_column"),
-            {"name": "commit_lsn", "description": "{{ doc('current_commit_lsn') }}", "data_tests": [
-                {"not_null": {"config": {"where": "commit_lsn is null or commit_lsn > __cdc_watermark__"}}}]},
+            {"name": "commit_lsn", "description": "{{ doc('current_commit_lsn') }}"},
             {"name": "commit_time", "description": "{{ doc('current_commit_time') }}"},
-            {"name": "operation", "description": "{{ doc('current_operation') }}", "data_tests": [
-                {"accepted_values": {"arguments": {"values": ["insert", "update", "delete", "snapshot"]},
-                                     "config": {"where": "commit_lsn > __cdc_watermark__"}}}]},
+            {"name": "operation", "description": "{{ doc('current_operation') }}"},
             *doc("is_deleted"),
         ],
     }
@@ -390,7 +350,6 @@ def model_properties(captured: Captured) -> dict[str, list[dict]]:
         "name": f"{name}_history",
         "description": f"History of {source} (SCD type 2): one version per key per committed transaction that changed "
                        "it, with validity ranges in LSNs and commit times. See docs/marts.md \"Marts\".",
-        "data_tests": checks["history"],
         "columns": [
             *columns("captured_column"),
             *doc("valid_from_lsn", "valid_to_lsn", "valid_from", "valid_to", "is_current"),
@@ -398,7 +357,7 @@ def model_properties(captured: Captured) -> dict[str, list[dict]]:
             *doc("changed_columns", "is_deleted"),
         ],
     }
-    return {"staging": [staging], "intermediate": [intermediate], "marts": [current, history]}
+    return {"staging": [staging], "marts": [current, history]}
 
 
 def _document(project_dir: Path, captured: Captured) -> list[str]:

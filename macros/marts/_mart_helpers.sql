@@ -12,33 +12,24 @@
     {{ return(t.channel != 'change_tables') }}
 {%- endmacro %}
 
-{#- The window of an incremental mart run, asked at execution time: {lower, upper, empty}, empty
-    when the watermark has reached the run's upper bound (or nothing is mapped yet) and, for
-    channels that recompute keys, no landing batch arrived since the mart's last run. none at
-    parse time (the full SQL is rendered then, so its refs are recorded) and on full refresh.
-    An empty window selects no rows without reading any change, so a table with no new changes
-    costs one small query and an empty insert; a non-empty change-table window is also applied
-    as literals, which Spark filters on before decoding the rest of each staged row. -#}
+{#- The window of a mart build as SQL literals, from cdc_window (docs/marts.md "Watermarks and
+    windows"): {lower, upper, lower_batch, upper_batch (literals), snapshot (a literal, or none),
+    reconcile, scoped (an incremental build: the changes above the mart's watermark; otherwise the
+    whole staged history up to the bound), full, empty, evolve, complete_snapshots, touch_all
+    (Debezium, see _debezium_complete_snapshots)}. Bounds are literals, so Delta skips the staged
+    files outside them. -#}
 {% macro _mart_window(t) -%}
-    {%- if not execute or not is_incremental() -%}
-        {{ return(none) }}
+    {%- set w = sqlserver_cdc.cdc_window() -%}
+    {%- set literal = sqlserver_cdc._window_literal -%}
+    {%- set window = {'lower': literal(w.lower_lsn or ''), 'upper': literal(w.upper_lsn),
+        'lower_batch': literal(w.lower_batch or ''), 'upper_batch': literal(w.upper_batch),
+        'snapshot': literal(w.snapshot_lsn) if w.snapshot_lsn else none, 'reconcile': w.reconcile,
+        'scoped': not w.full, 'full': w.full, 'empty': w.empty, 'evolve': w.evolve,
+        'complete_snapshots': [], 'touch_all': false} -%}
+    {%- if t.channel == 'debezium' and execute and not w.empty and w.upper_lsn is not none -%}
+        {%- do window.update(sqlserver_cdc._debezium_complete_snapshots(t, window.upper, w.lower_batch if not w.full else none)) -%}
     {%- endif -%}
-    {%- if sqlserver_cdc._recomputes_keys(t) -%}
-        {%- set batches_done = 'coalesce(lower_batch >= upper_batch, true)' -%}
-        {%- set batch_bounds = ', ' ~ sqlserver_cdc.mart_lower_batch() ~ ' as lower_batch, '
-            ~ sqlserver_cdc.upper_batch(t.channel) ~ ' as upper_batch' -%}
-    {%- else -%}
-        {%- set batches_done, batch_bounds = 'true', '' -%}
-    {%- endif -%}
-    {%- set query -%}
-        select lower_lsn, upper_lsn, coalesce(lower_lsn >= upper_lsn, true) and {{ batches_done }} as empty
-        from (
-            select {{ sqlserver_cdc.mart_lower_lsn() }} as lower_lsn,
-                {{ sqlserver_cdc.upper_lsn(t.channel) }} as upper_lsn{{ batch_bounds }}
-        )
-    {%- endset -%}
-    {%- set row = run_query(query).rows[0] -%}
-    {{ return({'lower': row[0], 'upper': row[1], 'empty': row[2]}) }}
+    {{ return(window) }}
 {%- endmacro %}
 
 {#- An LSN or batch id of a window as a SQL literal (NULL when there is none). -#}
@@ -46,10 +37,10 @@
     {{ return("'" ~ value ~ "'" if value is not none else 'cast(null as string)') }}
 {%- endmacro %}
 
-{#- Keys whose transactions int_<table>__transactions rebuilds for a key-recomputing channel: those
+{#- Keys whose transactions a mart rebuilds for a key-recomputing channel: those
     with a trusted event up to the window's upper LSN that arrived in a landing batch after the
     window's lower batch, or whose LSN is above its lower LSN (every key when the window is not
-    scoped, or a complete Debezium snapshot arrived). window: see _transactions_window. -#}
+    scoped, or a complete Debezium snapshot arrived). window: see _mart_window. -#}
 {% macro _mart_touched(t, window) -%}
     select distinct {% for k in t.key %}staged.{{ k }}{{ ', ' if not loop.last }}{% endfor %}
     from {{ sqlserver_cdc._staging_ref(t) }} as staged
@@ -61,12 +52,12 @@
         {%- endif %}
 {%- endmacro %}
 
-{#- The changes int_<table>__transactions nets. Change tables: trusted staged rows with
+{#- The changes a mart's transactions net. Change tables: trusted staged rows with
     lower < commit_lsn <= upper, with their commit time from lsn_time_mapping (read for the
     window's LSNs only). Key-recomputing channels: every trusted event up to upper of the touched
     keys (all keys when the window is not scoped), in LSN order, with the columns an event did not
     carry filled from the key's previous event (an insert starts afresh: what it does not carry is
-    NULL), _from_snapshot for a Debezium snapshot row. window: see _transactions_window; a scoped window's bounds are literals, so Delta skips
+    NULL), _from_snapshot for a Debezium snapshot row. window: see _mart_window; a scoped window's bounds are literals, so Delta skips
     the staged files outside them. -#}
 {% macro _mart_changes(t, window) -%}
     {%- if sqlserver_cdc._recomputes_keys(t) %}
@@ -215,41 +206,10 @@
     ) as merged
     {%- if known is not none %}
     left join (
-        select {{ sqlserver_cdc._stored_columns(known, t, t.key + partial) }} from {{ known }} where not is_deleted
+        select {{ sqlserver_cdc._stored_columns(known, t, t.key + partial, window.evolve) }} from {{ known }} where not is_deleted
     ) as known
         on {{ sqlserver_cdc._key_match(t, 'merged', 'known') }}
     {%- endif %}
-{%- endmacro %}
-
-{#- The part of int_<table>__transactions a mart run applies. A change-table mart takes the
-    transactions above its own watermark (the intermediate starts at the lowest watermark of the
-    table's marts); a key-recomputing mart takes every row (each touched key's rebuilt
-    transactions and removal markers). -#}
-{% macro _mart_transactions(t, window) -%}
-    select * from {{ ref('int_' ~ t.name ~ '__transactions') }}
-    {%- if is_incremental() and window is not none and not sqlserver_cdc._recomputes_keys(t) %}
-    where commit_lsn > '{{ window.lower }}'
-    {%- endif %}
-{%- endmacro %}
-
-{#- A mart's intermediate must be built in the same dbt invocation: a run or build that selects
-    the mart without it fails with the selector to use, because the mart would apply a window the
-    intermediate was not built for and its watermark would pass changes it never saw. Change-table
-    marts also depend on lsn_time_mapping (their window's bound without a runner). -#}
-{% macro _require_transactions(t) -%}
-    {%- set name = 'int_' ~ t.name ~ '__transactions' -%}
-    {%- if not sqlserver_cdc._recomputes_keys(t) %}
-    -- depends_on: {{ ref('stg_cdc_metadata__lsn_time_mapping') }}
-    {%- endif %}
-    -- depends_on: {{ ref(name) }}
-    {%- if execute and flags.WHICH in ('run', 'build', 'retry') -%}
-        {%- set nodes = graph.nodes.values() | selectattr('resource_type', 'equalto', 'model')
-            | selectattr('name', 'equalto', name) | list -%}
-        {%- if nodes and nodes[0].unique_id not in selected_resources -%}
-            {{ exceptions.raise_compiler_error(this.identifier ~ " applies " ~ name ~ ", which this " ~ flags.WHICH
-                ~ " does not build: select it too (e.g. dbt build --select +" ~ this.identifier ~ ")") }}
-        {%- endif -%}
-    {%- endif -%}
 {%- endmacro %}
 
 {#- The captured columns of a tracked table that are not key columns, in declaration order. -#}
@@ -269,15 +229,18 @@
     case {{ code }} when 1 then 'delete' when 2 then 'insert' when 4 then 'update' when 5 then 'snapshot' end
 {%- endmacro %}
 
-{#- The marts are applied by MERGE (incremental_strategy merge on a table format with MERGE:
-    delta; iceberg and hudi untested): an incremental run returns only the rows to change and
-    mart_merge_sql applies them, deletes included, in one commit. Any other strategy is a compile
-    error naming the model and the fix (checked at execution: at parse time dbt has not yet
-    applied the project's configs). -#}
-{% macro _require_merge(t) -%}
-    {%- set strategy = config.get('incremental_strategy') -%}
-    {%- set file_format = config.get('file_format') -%}
-    {%- if execute and (strategy != 'merge' or file_format not in ('delta', 'iceberg', 'hudi')) -%}
-        {{ exceptions.raise_compiler_error("tracked table '" ~ t.name ~ "' (" ~ this.identifier ~ "): marts are applied by MERGE; configure incremental_strategy: merge and file_format: delta (got incremental_strategy " ~ strategy ~ ", file_format " ~ file_format ~ "; see docs/operations.md \"Storage: Delta Lake\")") }}
-    {%- endif -%}
+{#- A mart's dependencies that its SQL does not ref at parse time (dbt orders the build by them):
+    its staging, the lsn_time_mapping (change tables: commit times), the Debezium events
+    (complete snapshots' markers); and, for the current-state mart, the history mart: it is
+    built first, so both reconcile against the current state as it was before the build. -#}
+{% macro _mart_dependencies(t, mart) -%}
+-- depends_on: {{ sqlserver_cdc._staging_ref(t) }}
+{%- if t.channel == 'change_tables' %}
+-- depends_on: {{ ref('stg_cdc_metadata__lsn_time_mapping') }}
+{%- elif t.channel == 'debezium' %}
+-- depends_on: {{ ref('stg_debezium__events') }}
+{%- endif %}
+{%- if mart == 'current_state' %}
+-- depends_on: {{ ref(t.name ~ '_history') }}
+{%- endif %}
 {%- endmacro %}

@@ -2,10 +2,11 @@
     the commit LSN, commit time and operation of the change that produced it. Deleted keys
     disappear, or stay with is_deleted = true when the table declares soft_deletes: true.
     operation is the net operation of the last transaction that changed the key (so it does not
-    depend on how runs cut the change stream). Read from int_<table>__transactions (see
-    transactions). Incremental (a Delta MERGE, one commit): a run returns each key's latest
-    transaction above its watermark, deleted keys included, and mart_merge_sql deletes, updates
-    (when not older than the stored row) or inserts it, so re-running a window changes nothing.
+    depend on how runs cut the change stream). Built from the net transactions of its window
+    (_transactions), by the materialization cdc_mart, after the history mart. Incremental (a
+    Delta MERGE, one commit): a build returns each key's latest transaction above its watermark,
+    deleted keys included, and mart_merge_sql deletes, updates (when not older than the stored
+    row) or inserts it, so re-running a window changes nothing.
     Channels whose events arrive late (CES, Debezium) take each touched key's rebuilt transactions
     instead, so a late event lands in LSN order; a key's removal marker returns a removal row
     (operation NULL) that deletes its stored row. -#}
@@ -15,19 +16,18 @@
 
 {% macro spark__current_state(table_name) -%}
 {%- set t = sqlserver_cdc.tracked_table(table_name) -%}
-{{ config(meta={'cdc_mart': 'current_state', 'cdc_table': table_name}) }}
-{%- do sqlserver_cdc._require_merge(t) -%}
-{{ sqlserver_cdc._require_transactions(t) }}
+{{ config(materialized='cdc_mart', meta={'cdc_mart': 'current_state', 'cdc_table': table_name}) }}
+{{ sqlserver_cdc._mart_dependencies(t, 'current_state') }}
 {%- set non_key = sqlserver_cdc._non_key_columns(t) -%}
 {%- set out_columns = t.key + non_key + ['commit_lsn', 'commit_time', 'operation', 'is_deleted'] -%}
 {%- set window = sqlserver_cdc._mart_window(t) -%}
-{%- if window and window.empty %}
+{%- if window.empty %}
 select {{ out_columns | join(', ') }} from {{ this }} where false
 {%- else %}
 with
 
-transactions as (
-    {{ sqlserver_cdc._mart_transactions(t, window) }}
+window_transactions as (
+    {{ sqlserver_cdc._transactions(t, window) | indent(4) }}
 ),
 
 ranked as (
@@ -35,7 +35,7 @@ ranked as (
         *,
         -- a removal marker (commit_lsn NULL) ranks first only when it is the key's only row
         row_number() over (partition by {{ t.key | join(', ') }} order by commit_lsn desc nulls last) as _rank
-    from transactions
+    from window_transactions
 ),
 
 final as (
@@ -49,7 +49,7 @@ final as (
         operation_code = 1 as is_deleted
     from ranked
     where _rank = 1
-    {%- if not is_incremental() and not t.soft_deletes %}
+    {%- if window.full and not t.soft_deletes %}
         and operation_code != 1
     {%- endif %}
 )

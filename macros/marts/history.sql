@@ -3,8 +3,8 @@
     in one transaction leaves nothing), with valid_from_lsn / valid_to_lsn, valid_from / valid_to
     (commit times), is_current, operation and changed_columns (from the update mask). A delete
     closes the open version; history_delete_versions: true also keeps an explicit deleted version.
-    Read from int_<table>__transactions (see transactions). Incremental (a Delta MERGE, one
-    commit): the versions of the transactions above the watermark are combined with the stored
+    Built from the net transactions of its window (_transactions), by the materialization
+    cdc_mart, before the current-state mart. Incremental (a Delta MERGE, one commit): the versions of the transactions above the watermark are combined with the stored
     versions of the same keys that are still open after it, validity is recomputed for those keys
     only, and mart_merge_sql upserts the result by key and valid_from_lsn. Channels whose events
     arrive late (CES, Debezium) take every rebuilt transaction of each touched key instead, so a
@@ -20,21 +20,20 @@
 
 {% macro spark__history(table_name) -%}
 {%- set t = sqlserver_cdc.tracked_table(table_name) -%}
-{{ config(meta={'cdc_mart': 'history', 'cdc_table': table_name}) }}
-{%- do sqlserver_cdc._require_merge(t) -%}
-{{ sqlserver_cdc._require_transactions(t) }}
+{{ config(materialized='cdc_mart', meta={'cdc_mart': 'history', 'cdc_table': table_name}) }}
+{{ sqlserver_cdc._mart_dependencies(t, 'history') }}
 {%- set non_key = sqlserver_cdc._non_key_columns(t) -%}
 {%- set version_columns = t.key + non_key + ['valid_from_lsn', 'valid_from', 'operation', 'changed_columns', 'is_deleted'] -%}
 {%- set out_columns = t.key + non_key + ['valid_from_lsn', 'valid_to_lsn', 'valid_from', 'valid_to', 'is_current', 'operation', 'changed_columns', 'is_deleted'] -%}
 {%- set window = sqlserver_cdc._mart_window(t) -%}
 {%- set recompute = sqlserver_cdc._recomputes_keys(t) -%}
-{%- if window and window.empty %}
+{%- if window.empty %}
 select {{ out_columns | join(', ') }} from {{ this }} where false
 {%- else %}
 with
 
-transactions as (
-    {{ sqlserver_cdc._mart_transactions(t, window) }}
+window_transactions as (
+    {{ sqlserver_cdc._transactions(t, window) | indent(4) }}
 ),
 
 new_versions as (
@@ -52,20 +51,20 @@ new_versions as (
         end as changed_columns,
         operation_code = 1 as is_deleted,
         1 as _priority
-    from transactions
+    from window_transactions
     where operation_code is not null
 ),
 
-{%- if is_incremental() %}
+{%- if window.scoped %}
 
 batch_keys as (
-    select distinct {{ t.key | join(', ') }} from {{ 'transactions' if recompute else 'new_versions' }}
+    select distinct {{ t.key | join(', ') }} from {{ 'window_transactions' if recompute else 'new_versions' }}
 ),
 
 stored as (
     select stored.*
     from (
-        select {{ sqlserver_cdc._stored_columns(this, t, t.key + non_key) }},
+        select {{ sqlserver_cdc._stored_columns(this, t, t.key + non_key, window.evolve) }},
             {{ (out_columns | reject('in', t.key + non_key) | list) | join(', ') }}
         from {{ this }}
     ) as stored
@@ -77,12 +76,12 @@ stored as (
 
 recompute as (
     select {{ version_columns | join(', ') }}, _priority from new_versions
-    {%- if is_incremental() and not recompute %}
+    {%- if window.scoped and not recompute %}
     union all
     -- the stored versions the window can change: still open, or closed inside the window
     select {% for c in version_columns %}stored.{{ c }}, {% endfor %}0 as _priority
     from stored
-    where stored.valid_to_lsn is null or stored.valid_to_lsn > '{{ window.lower if window is not none else '' }}'
+    where stored.valid_to_lsn is null or stored.valid_to_lsn > {{ window.lower }}
     {%- endif %}
 ),
 
@@ -169,7 +168,7 @@ recomputed as (
 
 final as (
     select {{ out_columns | join(', ') }} from recomputed
-    {%- if is_incremental() and recompute %}
+    {%- if window.scoped and recompute %}
     union all
     -- a stored version of a touched key that the rebuild no longer has (a late event moved or
     -- removed it) is deleted by the MERGE

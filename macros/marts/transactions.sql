@@ -1,33 +1,21 @@
-{#- The intermediate model of a tracked table (int_<table>__transactions): its net changes per key
-    and committed transaction in this run's window, computed once and read by both marts. A Delta
-    table replaced on every run (one commit) with the rows: key columns, commit_lsn,
-    operation_code (1 delete, 2 insert, 4 update: the transaction's net operation),
+{#- The net changes of a tracked table per key and committed transaction in a mart's window
+    (window: see _mart_window), the query both marts start from: key columns, commit_lsn,
+    operation_code (1 delete, 2 insert, 4 update, 5 snapshot: the transaction's net operation),
     update_mask (the OR of the transaction's masks, for updates), the other captured columns
-    (the transaction's last values) and commit_time.
-    The window covers what every mart of the table needs (see _transactions_window): from the
-    lowest of their watermarks (the whole staged history on a first or full-refresh run) up to
-    the run's bound for the table's channel; each mart then takes the part above its own
-    watermark. Channels whose events arrive late (CES, Debezium) rebuild every transaction of each
-    key touched by newly arrived events, from all its events; a touched key none of whose events
-    nets to a change any more comes as one marker row (commit_lsn and operation_code NULL), which
-    the marts turn into removals. -#}
-{% macro transactions(table_name) -%}
-    {{ return(adapter.dispatch('transactions', 'sqlserver_cdc')(table_name)) }}
-{%- endmacro %}
-
-{% macro spark__transactions(table_name) -%}
-{%- set t = sqlserver_cdc.tracked_table(table_name) -%}
-{{ config(meta={'cdc_transactions': table_name}) }}
+    (the transaction's last values) and commit_time. Change tables: the changes above the
+    window's lower LSN up to its bound, on top of the snapshot that starts the window when
+    there is one (which reconciles the marts as stored). Channels whose events arrive late
+    (CES, Debezium) rebuild every transaction of each key touched by newly arrived events, from
+    all its events; a touched key none of whose events nets to a change any more comes as one
+    marker row (commit_lsn and operation_code NULL), which the marts turn into removals. Each
+    mart computes it for its own window (it reads only the window's staged rows); the history
+    mart is built first, so both reconcile against the current state as it was before the
+    build. -#}
+{% macro _transactions(t, window) -%}
 {%- set columns = t.columns | map(attribute='name') | list -%}
 {%- set non_key = sqlserver_cdc._non_key_columns(t) -%}
 {%- set out_columns = t.key + ['commit_lsn', 'operation_code', 'update_mask'] + non_key + ['commit_time'] -%}
-{%- set window = sqlserver_cdc._transactions_window(t) -%}
 {%- set recompute = sqlserver_cdc._recomputes_keys(t) -%}
-{%- if not recompute %}
--- depends_on: {{ ref('stg_cdc_metadata__change_tables') }}
-{%- elif t.channel == 'debezium' %}
--- depends_on: {{ ref('stg_debezium__events') }}
-{%- endif %}
 with
 {%- if recompute %}
 
@@ -127,11 +115,11 @@ snapshot as (
     where quarantine_reason is null and operation = 'snapshot' and commit_lsn = {{ window.snapshot }}
 ),
 
-{%- set known = sqlserver_cdc._current_relation(t) if window.scoped else none %}
+{%- set known = sqlserver_cdc._current_relation(t) if window.reconcile else none %}
 {%- if known is not none %}
 
 known as (
-    select {{ sqlserver_cdc._stored_columns(known, t, columns) }} from {{ known }} where not is_deleted
+    select {{ sqlserver_cdc._stored_columns(known, t, columns, window.evolve) }} from {{ known }} where not is_deleted
 ),
 {%- endif %}
 
@@ -206,116 +194,6 @@ final as (
 )
 
 select * from final
-{%- if window.empty %}
--- nothing to do for any mart of the table: no change is read
-where false
-{%- endif %}
-{%- endmacro %}
-
-{% macro default__transactions(table_name) -%}
-    {{ exceptions.raise_compiler_error(sqlserver_cdc._not_supported('transactions')) }}
-{%- endmacro %}
-
-{#- The window of a run of int_<table>__transactions as SQL expressions: {lower, upper,
-    lower_batch, upper_batch, scoped, empty}, decided from the watermarks of the table's marts
-    (the models with meta cdc_table = the table and cdc_mart) and the run's bound.
-    - Scoped (every mart exists, has a watermark and is built incrementally): lower is the lowest
-      of the marts' watermarks and every bound a literal, read once at execution, so Delta skips
-      the staged files outside them; empty when no mart has anything to take in. A change-table
-      window that starts where cleanup has already removed changes fails with the gap, the
-      missing range and the remedy.
-    - Otherwise (a --full-refresh run, a mart that does not exist yet or never advanced) the
-      whole staged history up to the run's bound, which stays a subquery.
-    Only `dbt run`/`build` (and `retry`) read the warehouse here, when the model executes: `dbt
-    compile`, `dbt docs generate` and the linter render the whole-history form and need no
-    connection (house style: bounds reach models as subqueries or literals read at execution).
-    At parse time: lower '', upper NULL (the SQL is rendered only for its refs). -#}
-{% macro _transactions_window(t) -%}
-    {%- set recompute = sqlserver_cdc._recomputes_keys(t) -%}
-    {%- set literal = sqlserver_cdc._window_literal -%}
-    {%- set whole = {'lower': "''", 'lower_batch': "''", 'scoped': false, 'empty': false, 'snapshot': none,
-        'upper': sqlserver_cdc.upper_lsn(t.channel) if execute else 'cast(null as string)',
-        'upper_batch': sqlserver_cdc.upper_batch(t.channel) if execute and recompute else 'cast(null as string)'} -%}
-    {%- do whole.update({'complete_snapshots': [], 'touch_all': false}) -%}
-    {%- if not execute or flags.WHICH not in ('run', 'build', 'retry') -%}
-        {{ return(whole) }}
-    {%- endif -%}
-    {%- set snapshot = 'cast(null as string)' if recompute else sqlserver_cdc._latest_snapshot_lsn(t, whole.upper) -%}
-    {%- set marts = [] -%}
-    {%- set state = namespace(whole=false) -%}
-    {%- for node in graph.nodes.values() if node.resource_type == 'model'
-        and node.config.meta.get('cdc_table') == t.name and node.config.meta.get('cdc_mart') -%}
-        {%- set refresh = node.config.full_refresh if node.config.full_refresh is not none else flags.FULL_REFRESH -%}
-        {%- if refresh or adapter.get_relation(database=node.database, schema=node.schema, identifier=node.alias) is none -%}
-            {%- set state.whole = true -%}
-        {%- endif -%}
-        {%- do marts.append(node.alias) -%}
-    {%- endfor -%}
-    {%- if state.whole or not marts -%}
-        {#- the whole staged history, from the latest snapshot when there is one -#}
-        {%- set latest = run_query('select ' ~ snapshot).rows[0][0] if not recompute else none -%}
-        {%- if latest -%}
-            {%- do whole.update({'lower': literal(latest), 'snapshot': literal(latest)}) -%}
-        {%- endif -%}
-        {%- if t.channel == 'debezium' -%}
-            {%- do whole.update(sqlserver_cdc._debezium_complete_snapshots(t, whole.upper, none)) -%}
-        {%- endif -%}
-        {{ return(whole) }}
-    {%- endif -%}
-    {%- set query -%}
-        select
-            lower_lsn, upper_lsn, lower_batch, upper_batch, snapshot_lsn,
-            coalesce(lower_lsn >= upper_lsn, true) and snapshot_lsn is null
-                {%- if recompute %} and coalesce(lower_batch >= upper_batch, true){% endif %} as empty,
-            lower_lsn != '' and {{ sqlserver_cdc.lsn_increment('lower_lsn') }} < coalesce(available_lsn, '') as gap,
-            {{ sqlserver_cdc.lsn_increment('lower_lsn') }} as needed_lsn,
-            available_lsn,
-            {{ sqlserver_cdc.lsn_decrement('available_lsn') }} as removed_to_lsn
-        from (
-            select
-                -- a snapshot above every mart's watermark starts the window: what is below it is ignored
-                coalesce(if(snapshot_lsn > higher_lsn, snapshot_lsn, null), lower_lsn) as lower_lsn,
-                if(snapshot_lsn > higher_lsn, snapshot_lsn, null) as snapshot_lsn,
-                lower_batch, upper_lsn, upper_batch, available_lsn
-            from (
-                -- the marts' latest watermarks: '' unless each of them has one
-                select
-                    if(count(*) = {{ marts | length }}, min(lsn), '') as lower_lsn,
-                    max(lsn) as higher_lsn,
-                    if(count(*) = {{ marts | length }}, min(batch), '') as lower_batch
-                from (
-                    select coalesce(max_by(watermark_lsn, recorded_at), '') as lsn,
-                        coalesce(max_by(watermark_batch, recorded_at), '') as batch
-                    from {{ sqlserver_cdc.watermark_relation() }}
-                    where model_name in ('{{ marts | join("', '") }}')
-                    group by model_name
-                )
-            ) as marks
-            cross join (
-                select
-                    {{ whole.upper }} as upper_lsn,
-                    {{ whole.upper_batch }} as upper_batch,
-                    {{ snapshot }} as snapshot_lsn,
-                    {{ 'cast(null as string)' if recompute else sqlserver_cdc._table_min_lsn(t) }} as available_lsn
-            ) as bounds
-        )
-    {%- endset -%}
-    {%- set row = run_query(query).rows[0] -%}
-    {%- if row['gap'] -%}
-        {{ exceptions.raise_compiler_error('gap detected for tracked table ' ~ t.name ~ ': its marts need changes from LSN '
-            ~ row['needed_lsn'] ~ ' but capture instance ' ~ t.instances | map(attribute='name') | join(' / ') ~ ' now starts at ' ~ row['available_lsn']
-            ~ '; changes ' ~ row['needed_lsn'] ~ ' to ' ~ row['removed_to_lsn'] ~ ' were removed by cleanup before they'
-            ~ ' were processed. Land a snapshot of ' ~ t.name ~ ' taken at or after LSN ' ~ row['removed_to_lsn']
-            ~ ' (docs/landing.md "Snapshots"): it reconciles the marts and keeps their history') }}
-    {%- endif -%}
-    {%- set window = {'lower': literal(row['lower_lsn']), 'upper': literal(row['upper_lsn']),
-        'lower_batch': literal(row['lower_batch']), 'upper_batch': literal(row['upper_batch']),
-        'snapshot': literal(row['snapshot_lsn']) if row['snapshot_lsn'] else none,
-        'scoped': row['lower_lsn'] != '', 'empty': row['empty'], 'complete_snapshots': [], 'touch_all': false} -%}
-    {%- if t.channel == 'debezium' and not row['empty'] -%}
-        {%- do window.update(sqlserver_cdc._debezium_complete_snapshots(t, window.upper, row['lower_batch'])) -%}
-    {%- endif -%}
-    {{ return(window) }}
 {%- endmacro %}
 
 {#- The complete Debezium snapshots of table t up to `upper` (docs/landing.md "Snapshots"):
@@ -346,39 +224,24 @@ where false
     {{ return({'complete_snapshots': found, 'touch_all': touch.all}) }}
 {%- endmacro %}
 
-{#- The earliest LSN any of a change-table table's capture instances still holds (cleanup has
-    removed what lies below it from all of them). -#}
-{% macro _table_min_lsn(t) -%}
-    {%- if t.instances | length == 1 -%}
-        {{ return(sqlserver_cdc.min_lsn(t.capture_instance)) }}
-    {%- endif -%}
-    {%- set lows = [] -%}
-    {%- for i in t.instances -%}{%- do lows.append(sqlserver_cdc.min_lsn(i.name)) -%}{%- endfor -%}
-    {{ return('least(' ~ lows | join(', ') ~ ')') }}
-{%- endmacro %}
-
-{#- The LSN of the newest snapshot of a change-table table landed at or below `upper` (an SQL
-    expression), as a scalar subquery over the raw table's snapshot manifests (a small partition:
-    one row per snapshot); NULL when none. -#}
-{% macro _latest_snapshot_lsn(t, upper) -%}
-    (select max(row_values['snapshot_lsn']) from {{ sqlserver_cdc._raw_landed_rows() }}
-        where landing_kind = 'snapshot_manifest' and lower(entity) = '{{ t.name | lower }}'
-            and row_values['snapshot_lsn'] <= {{ upper }})
-{%- endmacro %}
-
-{#- The current-state mart of a table as stored (a snapshot reconciles against it; read by name,
-    not ref, which would make a cycle), or none when it does not exist. -#}
+{#- The current-state mart of a table as stored (a snapshot, and the columns an instance does not
+    capture, reconcile against it; read by name, not ref, which would make a cycle). Only asked
+    for in an incremental build, where the window says it exists: no lookup. -#}
 {% macro _current_relation(t) -%}
     {%- for node in graph.nodes.values() if node.resource_type == 'model'
         and node.config.meta.get('cdc_table') == t.name and node.config.meta.get('cdc_mart') == 'current_state' -%}
-        {{ return(adapter.get_relation(database=node.database, schema=node.schema, identifier=node.alias)) }}
+        {{ return(api.Relation.create(database=node.database, schema=node.schema, identifier=node.alias, type='table')) }}
     {%- endfor -%}
     {{ return(none) }}
 {%- endmacro %}
 
-{#- A select list of `columns` from a stored mart, NULL for a column it does not have yet (a column
-    added to the table: the mart gains it when it next runs, after the intermediate). -#}
-{% macro _stored_columns(relation, t, columns) -%}
+{#- A select list of `columns` from a stored mart. evolve (the table's declaration changed since
+    the mart was built): the mart's columns are looked up, and a column it does not have yet is
+    NULL (it gains it in this build's MERGE). -#}
+{% macro _stored_columns(relation, t, columns, evolve=false) -%}
+    {%- if not evolve -%}
+        {{ return(columns | join(', ')) }}
+    {%- endif -%}
     {%- set stored = adapter.get_columns_in_relation(relation) | map(attribute='name') | map('lower') | list -%}
     {%- set types = {} -%}
     {%- for c in t.columns -%}{%- do types.update({c.name: sqlserver_cdc.spark_type(c.type)}) -%}{%- endfor -%}

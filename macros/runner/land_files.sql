@@ -79,6 +79,7 @@
     {%- for view in views.values() -%}
         {%- do run_query('drop view if exists ' ~ view) -%}
     {%- endfor -%}
+    {{ log('sqlserver_cdc.reading ' ~ tojson({'file': none}), info=true) }}
     {%- set refusals = [] -%}
     {%- for relative, reason in refused.items() | sort -%}{%- do refusals.append(relative ~ ': ' ~ reason) -%}{%- endfor -%}
     {{ log('land_files: ' ~ selects | length ~ ' new of ' ~ files | length ~ ' files landed in batch ' ~ batch_id

@@ -1,62 +1,34 @@
 {#- Private helpers shared by the staging macros of every channel. -#}
 
-{#- Typed staging is an incremental Delta table appended once per landing batch (docs/marts.md "Typed
-    staging"): each landed record is decoded, typed and validated once, and later models read
-    the typed rows, never the raw maps again. In a runner's build each commit of the table
-    records the run's batch id in its commit metadata (a pre-hook sets the session's Delta
-    commit metadata to the same value for every model of the run, so models built at once on
-    several threads agree; the on-run-end hook clears it), so the next run finds the last batch
-    it took in without reading the table. With unique_key the batch is
-    merged instead of appended (rows of earlier batches that the batch settles are updated;
-    incremental_predicates limit the stored rows the MERGE reads). -#}
+{#- Typed staging is a Delta table appended once per landing batch (docs/marts.md "Typed
+    staging"), by the materialization cdc_staging: each landed record is decoded, typed and
+    validated once, and later models read the typed rows, never the raw maps again. With
+    unique_key the batch is merged instead of appended (rows of earlier batches that the batch
+    settles are updated; incremental_predicates limit the stored rows the MERGE reads). -#}
 {% macro _staged_table_config(unique_key=none, incremental_predicates=none) -%}
-    {%- if unique_key is none %}
-    {{ config(materialized='incremental', incremental_strategy='append', file_format='delta',
-        on_schema_change='append_new_columns',
-        pre_hook="{{ sqlserver_cdc._staged_through_hook() }}") }}
-    {%- else %}
-    {{ config(materialized='incremental', incremental_strategy='merge', file_format='delta',
-        unique_key=unique_key, incremental_predicates=incremental_predicates, on_schema_change='append_new_columns',
-        pre_hook="{{ sqlserver_cdc._staged_through_hook() }}") }}
-    {%- endif %}
+    {{ config(materialized='cdc_staging', unique_key=unique_key, incremental_predicates=incremental_predicates) }}
 {%- endmacro %}
 
-{% macro _staged_through_hook(reset=false) -%}
-    {%- set run = sqlserver_cdc.running_run() -%}
-    {%- if run is none -%}
-    select 1
-    {%- elif reset -%}
-    reset spark.databricks.delta.commitInfo.userMetadata
-    {%- else -%}
-    set spark.databricks.delta.commitInfo.userMetadata=sqlserver_cdc staged through {{ run.run_id }}
-    {%- endif -%}
-{%- endmacro %}
-
-{#- The rows a staging table takes in: those of `relation` (default: the raw landing table)
-    matching `where`, on an incremental run only those of landing batches after the last batch
-    the table took in. That batch is read from the table's last commit (its metadata, see
-    _staged_table_config; else the largest _batch_id staged) and applied as a literal, so Delta
-    skips the files of earlier batches by their _batch_id statistics; a run killed after
-    landing is taken in by the next one. A first or full-refresh run takes every row. -#}
-{% macro _landed_since_last_batch(where, relation=none) -%}
+{#- The rows a staging model takes in: those of `relation` (default: the raw landing table)
+    matching `where`, on an incremental build only those of the landing batches its window
+    takes in (after the last batch it took in, up to the run's), as literals so Delta skips the
+    files of other batches. A batch it holds already is left out: a run killed after the model's
+    commit and before its watermark was recorded does not stage that batch twice. A full build
+    takes every row. -#}
+{% macro _landed_since(where, relation=none) -%}
+    {%- set window = sqlserver_cdc.cdc_window() -%}
     select * from {{ relation if relation is not none else source('cdc_raw', 'landed_rows') }}
     where ({{ where }})
-    {%- if execute and is_incremental() %}
-        {%- set last = sqlserver_cdc._last_staged_batch(this) %}
-        {%- if last is not none %}
-        and _batch_id > {{ sqlserver_cdc._sql_string(last) }}
+    {%- if not window.full %}
+        and _batch_id > {{ sqlserver_cdc._sql_string(window.from_batch) }}
+        {%- if window.through_batch %}
+        and _batch_id <= {{ sqlserver_cdc._sql_string(window.through_batch) }}
         {%- endif %}
+        and _batch_id not in (
+            select distinct _batch_id from {{ this }}
+            where _batch_id > {{ sqlserver_cdc._sql_string(window.from_batch) }} and _batch_id is not null
+        )
     {%- endif %}
-{%- endmacro %}
-
-{% macro _last_staged_batch(relation) -%}
-    {%- set prefix = 'sqlserver_cdc staged through ' -%}
-    {%- set history = run_query('describe history ' ~ relation ~ ' limit 1') -%}
-    {%- set metadata = history.rows[0]['userMetadata'] if history.rows else none -%}
-    {%- if metadata and metadata.startswith(prefix) -%}
-        {{ return(metadata[prefix | length:]) }}
-    {%- endif -%}
-    {{ return(run_query('select max(_batch_id) from ' ~ relation).columns[0].values()[0]) }}
 {%- endmacro %}
 
 {#- The complete events of a shared event model (stg_ces__events, stg_debezium__events) that
@@ -75,16 +47,15 @@
     {%- endif %}
 {%- endmacro %}
 
-{#- The first landing batch whose lines stg_ces__events (relation) may still hold as pending: a
-    split message waits at most orphan_after CES landing batches (counted up to the last batch
-    staged), so its lines lie in the last orphan_after batches that landed CES lines up to that
-    batch, which the run ledger records. '' (every batch) outside a runner's build or when the
-    ledger records fewer such batches. -#}
-{% macro _ces_waiting_from(relation, orphan_after) -%}
-    {%- set last = sqlserver_cdc._last_staged_batch(relation) if sqlserver_cdc.running_run() is not none else none -%}
-    {%- if last is none or orphan_after < 1 -%}{{ return('') }}{%- endif -%}
+{#- The first landing batch whose lines stg_ces__events may still hold as pending: a split
+    message waits at most orphan_after CES landing batches (counted up to the last batch the
+    model took in, its window's from_batch), so its lines lie in the last orphan_after batches
+    that landed CES lines up to that batch, which the run ledger records. '' (every batch) on a
+    full build or when the ledger records fewer such batches. -#}
+{% macro _ces_waiting_from(window, orphan_after) -%}
+    {%- if window.full or not window.from_batch or orphan_after < 1 -%}{{ return('') }}{%- endif -%}
     {%- set rows = run_query("select run_id from " ~ sqlserver_cdc.ledger_relation() ~ " where run_id <= "
-        ~ sqlserver_cdc._sql_string(last) ~ " and exists(map_keys(landed), k -> startswith(k, 'ces/'))"
+        ~ sqlserver_cdc._sql_string(window.from_batch) ~ " and exists(map_keys(landed), k -> startswith(k, 'ces/'))"
         ~ " order by run_id desc limit " ~ orphan_after).rows -%}
     {{ return(rows[-1][0] if rows | length >= orphan_after else '') }}
 {%- endmacro %}

@@ -23,7 +23,7 @@ events as (
     select
         event_id, commit_lsn, sequence_number, operation, key_values, old_image, current_image, commit_time,
         landed_record, _source_file, _batch_id, _ingested_at
-    from ({{ sqlserver_cdc._landed_since_last_batch(sqlserver_cdc._event_route(t), ref('stg_ces__events')) }}) as routed_events
+    from ({{ sqlserver_cdc._landed_since(sqlserver_cdc._event_route(t), ref('stg_ces__events')) }}) as routed_events
 ),
 
 images as (

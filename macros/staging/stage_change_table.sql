@@ -18,7 +18,7 @@
 with
 
 landed_rows as (
-    {{ sqlserver_cdc._landed_since_last_batch(
+    {{ sqlserver_cdc._landed_since(
         "(landing_kind = 'change_tables' and lower(entity) in ('" ~ t.instances | map(attribute='name') | map('lower') | join("', '") ~ "'))"
         ~ " or (landing_kind = 'snapshots' and lower(entity) = '" ~ t.name | lower ~ "')") }}
 ),
@@ -27,7 +27,7 @@ landed_rows as (
 snapshot_files as (
     select explode(from_json(row_values['files'], 'array<string>')) as _source_file,
         row_values['snapshot_lsn'] as snapshot_lsn
-    from ({{ sqlserver_cdc._landed_since_last_batch("landing_kind = 'snapshot_manifest' and lower(entity) = '"
+    from ({{ sqlserver_cdc._landed_since("landing_kind = 'snapshot_manifest' and lower(entity) = '"
         ~ t.name | lower ~ "'") }}) as manifests
 ),
 

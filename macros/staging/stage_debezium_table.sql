@@ -26,7 +26,7 @@ events as (
     select
         event_id, event_form, commit_lsn, change_lsn, event_serial_no, operation, commit_time,
         before_values, after_values, column_types, landed_record, _source_file, _batch_id, _ingested_at
-    from ({{ sqlserver_cdc._landed_since_last_batch(sqlserver_cdc._event_route(t), ref('stg_debezium__events')) }}) as routed_events
+    from ({{ sqlserver_cdc._landed_since(sqlserver_cdc._event_route(t), ref('stg_debezium__events')) }}) as routed_events
 ),
 
 -- the row an event carries (after; before for a delete), each value with its encoding: the

@@ -1,18 +1,24 @@
-{#- Batch-scoped data tests (docs/operations.md "Checks: batch and audit"). A data test's `config: where:`
-    may hold these tokens, expanded when the test runs:
+{#- Batch-scoped data tests (docs/operations.md "Checks: batch and audit"). The checks of a
+    tracked table are one test, tracked_table_checks. A data test's `config: where:` may hold
+    these tokens, expanded when the test runs:
     - __cdc_run_batches__: on a staging table, the rows of the landing batches this run took in
-      (from the run ledger; without a runner run, the latest batch staged);
+      (after the previous run's batch, up to this run's; without a runner run, the latest batch
+      staged);
     - __cdc_batch_lsns__: on a staging table, the rows whose commit_lsn lies within the LSN range
       of the trusted rows of those batches (so a change landed again in an earlier batch is
       still compared with them); false when they staged no trusted row;
-    - __cdc_watermark__: on a mart, its watermark before this run (the on-run-end hook advances
-      it after the tests), as a string literal, e.g. `commit_lsn > __cdc_watermark__`.
-    With var cdc_checks: batch (the runner's incremental runs) a test then reads only what the run
-    changed, and its cost follows the batch. With cdc_checks: all (the default: plain dbt build,
-    dbt test, `python -m runner audit`, and every --full-refresh run) __cdc_batch_lsns__ and
-    __cdc_run_batches__ are true and __cdc_watermark__ is '' (below every LSN): the test checks the whole table. Tests that
-    cannot be scoped carry the tag cdc_audit, which the runner's incremental runs exclude. -#}
+    - __cdc_watermark__: on a mart, its watermark before this run (a runner records the new one
+      after the tests), as a string literal, e.g. `commit_lsn > __cdc_watermark__`.
+    In a runner's incremental run (the plan's checks: batch) a test then reads only what the run
+    changed, and its cost follows the batch. Otherwise (plain dbt build, dbt test, `python -m
+    runner audit`, and every --full-refresh run) __cdc_batch_lsns__ and __cdc_run_batches__ are
+    true and __cdc_watermark__ is '' (below every LSN): the test checks the whole table. Tests
+    that cannot be scoped carry the tag cdc_audit, which the runner's incremental runs exclude. -#}
 {% macro check_scope() -%}
+    {%- set plan = var('cdc_plan', none) -%}
+    {%- if plan is not none -%}
+        {{ return(plan.checks) }}
+    {%- endif -%}
     {%- set scope = var('cdc_checks', 'all') -%}
     {%- if scope not in ('all', 'batch') -%}
         {{ exceptions.raise_compiler_error("var cdc_checks must be 'all' or 'batch'; got '" ~ scope ~ "'") }}
@@ -26,10 +32,10 @@
 {%- endmacro %}
 
 {% macro spark__expand_check_scope(where, relation) -%}
+    {%- set plan = var('cdc_plan', none) -%}
     {%- set batch = sqlserver_cdc.check_scope() == 'batch' and execute -%}
-    {%- set run = sqlserver_cdc.running_run() if batch else none -%}
-    {%- if run is not none -%}
-        {%- set batches = "_batch_id > '" ~ run.since_run_id ~ "' and _batch_id <= '" ~ run.run_id ~ "'" -%}
+    {%- if plan is not none -%}
+        {%- set batches = "_batch_id > '" ~ plan.since ~ "' and _batch_id <= '" ~ plan.run_id ~ "'" -%}
     {%- else -%}
         {%- set batches = '_batch_id = (select max(_batch_id) from ' ~ relation ~ ')' -%}
     {%- endif -%}
@@ -46,13 +52,8 @@
         {%- set where = where | replace('__cdc_run_batches__', '(' ~ (batches if batch else 'true') ~ ')') -%}
     {%- endif -%}
     {%- if '__cdc_watermark__' in where -%}
-        {%- set watermark = '' -%}
-        {%- if batch -%}
-            {%- set value = run_query("select max_by(watermark_lsn, recorded_at) from " ~ sqlserver_cdc.watermark_relation()
-                ~ " where model_name = '" ~ relation.identifier ~ "'").rows[0][0] -%}
-            {%- set watermark = value or '' -%}
-        {%- endif -%}
-        {%- set where = where | replace('__cdc_watermark__', "'" ~ watermark ~ "'") -%}
+        {%- set window = sqlserver_cdc.cdc_window(relation.identifier) if batch else {} -%}
+        {%- set where = where | replace('__cdc_watermark__', "'" ~ (window.get('lower_lsn') or '') ~ "'") -%}
     {%- endif -%}
     {{ return(where) }}
 {%- endmacro %}

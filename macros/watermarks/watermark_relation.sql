@@ -1,5 +1,6 @@
-{#- The table holding each mart's watermark (var cdc_watermark_table, default cdc_watermarks in
-    the target schema): one row per successful advance, the latest row per model wins. -#}
+{#- The table holding each model's watermark (var cdc_watermark_table, default cdc_watermarks in
+    the target schema): the runner keeps one row per model (the latest row per model wins, so
+    rows a plain dbt build appends count too). -#}
 {% macro watermark_relation() -%}
     {{ return(api.Relation.create(
         database=none,

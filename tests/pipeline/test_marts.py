@@ -11,7 +11,7 @@ import pytest
 
 from cdc_simulator import landing_writer
 from cdc_simulator.simulate import Simulator, lsn_hex
-from runner.dbt import Dbt
+from runner.dbt import Dbt, failures
 from runner.errors import PipelineFailed
 from tests.expected import check_marts
 from tests.scenarios import CHANGE_TABLES as TABLES
@@ -90,11 +90,11 @@ def test_gap_stops_the_run_naming_table_range_and_remedy(pipeline):
     rows = pipeline.rows("select max_by(watermark_lsn, recorded_at) as w from {s}.cdc_watermarks "
                          "where model_name = 'customers_current'")
     assert rows == [{"w": lsn_hex(first[-1].commit_lsn)}]
-    # a mart built without its intermediate would apply a window nobody netted: refused by name
-    failed = Dbt(pipeline.project_dir, "local", {"cdc_raw_schema": pipeline.target.raw_schema}).build(
-        ["customers_current"], False)
-    assert any("customers_current applies int_customers__transactions, which this build does not build: select it "
-               "too (e.g. dbt build --select +customers_current)" in f for f in failed), failed
+    # a plain dbt build of the table's mart stops at the same gap (it follows the run's plan)
+    failed = failures(Dbt(pipeline.project_dir, "local", {"cdc_raw_schema": pipeline.target.raw_schema}).build(
+        ["customers_current"], False))
+    assert any(f"gap detected for tracked table customers: its marts need changes from LSN {needed}" in f
+               for f in failed), failed
     assert pipeline.rows("select max_by(watermark_lsn, recorded_at) as w from {s}.cdc_watermarks "
                          "where model_name = 'customers_current'") == rows
 
@@ -212,7 +212,9 @@ def test_a_small_batch_merges_with_deletion_vectors_and_removes_no_data_file(pip
         assert int(metrics["numTargetRowsCopied"]) == 0, (model, metrics)
 
 
-def test_marts_need_merge_and_refuse_buckets_and_the_merge_dispatch_is_for_marts_only(tmp_path):
+def test_marts_and_staging_keep_their_materializations_and_refuse_buckets(tmp_path):
+    """The marts and typed staging build with the package's materializations (one statement each)
+    whatever the project configures for their folders; a `buckets` declaration is refused."""
     import yaml
     from dbt.cli.main import dbtRunner
 
@@ -220,25 +222,18 @@ def test_marts_need_merge_and_refuse_buckets_and_the_merge_dispatch_is_for_marts
 
     project = copy_project(tmp_path / "project", {}, drop=EVENT_TABLES)
     config = yaml.safe_load((project / "dbt_project.yml").read_text())
-    config["models"]["sqlserver_cdc"]["marts"].update(
-        {"+file_format": "parquet", "+incremental_strategy": "insert_overwrite"})
+    config["models"]["sqlserver_cdc"]["marts"].update({"+materialized": "incremental", "+file_format": "parquet",
+                                                      "+incremental_strategy": "insert_overwrite"})
+    config["models"]["sqlserver_cdc"]["staging"] = {"+materialized": "view"}
     (project / "dbt_project.yml").write_text(yaml.safe_dump(config, sort_keys=False))
-    # dbt's get_merge_sql dispatches to the package's merge for the marts only
-    probe = "{{{{ config(materialized='ephemeral'{}) }}}}{{{{ get_merge_sql('t', 's', 'customer_id', none, none) }}}}"
-    (project / "models/probe_mart.sql").write_text(
-        probe.format(", meta={'cdc_mart': 'current_state', 'cdc_table': 'customers'}"))
-    (project / "models/probe_other.sql").write_text(probe.format(""))
-    args = ["--quiet", "--log-level", "none", "compile", "--project-dir", str(project), "--profiles-dir", str(PROJECT_DIR)]
-    refused = dbtRunner().invoke([*args, "--select", "customers_current"])
-    assert not refused.success
-    assert "marts are applied by MERGE; configure incremental_strategy: merge and file_format: delta" in str(
-        refused.exception)
-    probes = dbtRunner().invoke([*args, "--select", "probe_mart", "probe_other"])
-    assert probes.success, probes.exception
-    compiled = {r.node.name: r.node.compiled_code for r in probes.result.results}
-    assert "when matched and src.operation is null then delete" in compiled["probe_mart"]
-    assert "commit_lsn >= dest.commit_lsn" in compiled["probe_mart"]
-    assert "DBT_INTERNAL_SOURCE" in compiled["probe_other"] and "delete" not in compiled["probe_other"]
+    parsed = dbtRunner().invoke(["--quiet", "--log-level", "none", "parse", "--project-dir", str(project),
+                                 "--profiles-dir", str(PROJECT_DIR)])
+    assert parsed.success, parsed.exception
+    nodes = {n.name: n.config.materialized for n in parsed.result.nodes.values() if n.resource_type == "model"}
+    assert nodes["customers_current"] == nodes["customers_history"] == "cdc_mart"
+    assert nodes["stg_change_tables__customers"] == nodes["stg_cdc_metadata__lsn_time_mapping"] == "cdc_staging"
+    merge = compile_sql("{{ sqlserver_cdc.mart_merge_sql('t', 's', 'customers', 'current_state') }}")
+    assert "when matched and src.operation is null then delete" in merge and "commit_lsn >= dest.commit_lsn" in merge
     tables = yaml.safe_load((PROJECT_DIR / "dbt_project.yml").read_text())["vars"]["cdc_tracked_tables"]
     tables["customers"]["buckets"] = 8
     with pytest.raises(AssertionError, match="'buckets' is no longer used"):

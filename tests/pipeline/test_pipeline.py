@@ -114,7 +114,7 @@ def test_a_change_landed_twice_fails_the_staging_test_but_quarantined_copies_do_
     # the same export landed again under another name: the staging uniqueness test stops the run
     shutil.copy(pipeline.landing / "change_tables/dbo_customers/b1.parquet",
                 pipeline.landing / "change_tables/dbo_customers/b1-again.parquet")
-    with pytest.raises(PipelineFailed, match="primary_key_stg_change_tables__customers"):
+    with pytest.raises(PipelineFailed, match="tracked_table_checks_customers_current"):
         pipeline.run()
 
 
@@ -123,7 +123,7 @@ def test_batches_build_marts_reading_only_their_batch_a_rerun_changes_nothing_a_
     applies its batch's changes; staging decodes each landed row once, every scan of the staged
     table during a later run reads only that run's batch (Spark's metrics), and the run ledger
     holds one succeeded row per run with what it landed and applied. A run over the same files
-    then lands and changes nothing; a full refresh (all tables, then one table's intermediate and
+    then lands and changes nothing; a full refresh (all tables, then one table's staging and
     marts) rebuilds the same marts; the audit passes, then catches what no batch check would."""
     sim = Simulator(TABLES, seed=29)
     spark = pipeline.spark
@@ -148,7 +148,9 @@ def test_batches_build_marts_reading_only_their_batch_a_rerun_changes_nothing_a_
         write = spark.sql(f"describe history {staged} limit 1").collect()[0]
         assert write["operation"] in ("WRITE", "CREATE TABLE AS SELECT", "CREATE OR REPLACE TABLE AS SELECT")
         assert int(write["operationMetrics"]["numOutputRows"]) == landed
-        assert write["userMetadata"] == f"sqlserver_cdc staged through {run['run_id']}"
+        # ... and its watermark records the batch it took in (the next run starts after it)
+        assert pipeline.rows("select watermark_batch from {s}.cdc_watermarks where model_name = "
+                             "'stg_change_tables__customers'") == [{"watermark_batch": run["run_id"]}]
         # the ledger: this run, succeeded, with its landed records, window and per-table counts
         assert run["status"] == "succeeded" and run["ended_at"] is not None and run["failed_nodes"] == []
         assert run["landed"]["change_tables/dbo_customers"] == landed
@@ -185,8 +187,8 @@ def test_batches_build_marts_reading_only_their_batch_a_rerun_changes_nothing_a_
     refreshed = {t.name: pipeline.table(f"{t.name}_history", ", ".join(t.key) + ", valid_from_lsn") for t in TABLES}
     assert refreshed == after
     check_marts(pipeline, sim, sim.transactions[-1].commit_lsn)
-    # the runbook's rebuild of one table: its intermediate and both marts, from its staged changes
-    pipeline.run(full_refresh=True, select=["int_customers__transactions+"])
+    # the runbook's rebuild of one table: its staging and both marts, from its landed changes
+    pipeline.run(full_refresh=True, select=["stg_change_tables__customers+"])
     assert pipeline.table("customers_history", "customer_id, valid_from_lsn") == refreshed["customers"]
     check_marts(pipeline, sim, sim.transactions[-1].commit_lsn)
     # the audit runs every data test on whole tables: it passes, then catches a second current

@@ -40,29 +40,39 @@ def test_docs_generate_and_documentation_coverage(spark):
 
 
 def test_every_model_has_a_key_test():
+    """Every model has a key test: a tracked table's staging and marts through its
+    tracked_table_checks test (on the current-state mart, reading all three), the rest through
+    primary_key."""
     manifest = json.loads((PROJECT_DIR / "target/manifest.json").read_text())
     tested = set()
     for node in manifest["nodes"].values():
-        if node["resource_type"] == "test" and node.get("test_metadata", {}).get("name") in ("primary_key", "unique"):
+        if node["resource_type"] != "test":
+            continue
+        name = node.get("test_metadata", {}).get("name")
+        if name in ("primary_key", "unique"):
             tested.update(node["depends_on"]["nodes"])
-    # the intermediates are keyed by construction (grouped by key and commit LSN) and checked
-    # through both marts' key tests: a test of their own would cost every run a query
-    models = {uid for uid, n in manifest["nodes"].items()
-              if n["resource_type"] == "model" and not n["name"].startswith("int_")}
+        elif name == "tracked_table_checks":
+            table = node["test_metadata"]["kwargs"]["table"]
+            assert {f"model.sqlserver_cdc.{table}_current", f"model.sqlserver_cdc.{table}_history"} <= set(
+                node["depends_on"]["nodes"]), node["unique_id"]
+            tested.update(node["depends_on"]["nodes"])
+    models = {uid for uid, n in manifest["nodes"].items() if n["resource_type"] == "model"}
     assert sorted(models - tested) == ["model.sqlserver_cdc.cdc_quarantine"]  # a list of problems, no key
 
 
 def test_every_data_test_is_scoped_to_the_run_or_an_audit():
     """docs/operations.md "Checks: batch and audit": a data test on a model reads what the run changed (a
-    scope token in its `where`) or carries the tag cdc_audit, which incremental runs leave out;
-    otherwise every run would scan a whole table. The one exception reads the captured-columns
-    metadata, whose size is that of the declarations."""
+    scope token in its `where`, or the tracked tables' checks, scoped by the run's plan) or
+    carries the tag cdc_audit, which incremental runs leave out; otherwise every run would scan a
+    whole table. The one exception reads the captured-columns metadata, whose size is that of
+    the declarations."""
     manifest = json.loads((PROJECT_DIR / "target/manifest.json").read_text())
     unscoped = []
     for node in manifest["nodes"].values():
         if node["resource_type"] != "test" or not any(d.startswith("model.") for d in node["depends_on"]["nodes"]):
             continue
-        if "__cdc_" in (node["config"].get("where") or "") or "cdc_audit" in node["config"]["tags"]:
+        if ("__cdc_" in (node["config"].get("where") or "") or "cdc_audit" in node["config"]["tags"]
+                or node.get("test_metadata", {}).get("name") == "tracked_table_checks"):
             continue
         unscoped.append(node["name"])
     assert unscoped == ["declared_ordinals_match_captured_columns"]

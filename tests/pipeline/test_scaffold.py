@@ -82,7 +82,7 @@ def test_scaffold_declares_the_demo_tables_from_their_landed_metadata(spark, tmp
     assert _declared(project) == {n: _declared(PROJECT_DIR)[n] for n in names}
     demo, scaffolded = _entries(PROJECT_DIR), _entries(project)
     for name in names:
-        for model in (f"stg_change_tables__{name}", f"int_{name}__transactions", f"{name}_current", f"{name}_history"):
+        for model in (f"stg_change_tables__{name}", f"{name}_current", f"{name}_history"):
             assert scaffolded[model] == demo[model], model
             assert (project / "models").rglob(f"{model}.sql")
     files = _files(project)

@@ -11,7 +11,7 @@
 with
 
 landed_rows as (
-    {{ sqlserver_cdc._landed_since_last_batch("landing_kind = 'cdc_metadata' and entity = 'captured_columns'") }}
+    {{ sqlserver_cdc._landed_since("landing_kind = 'cdc_metadata' and entity = 'captured_columns'") }}
 ),
 
 change_tables as (

@@ -10,7 +10,7 @@
 with
 
 landed_rows as (
-    {{ sqlserver_cdc._landed_since_last_batch("landing_kind = 'cdc_metadata' and entity = 'lsn_time_mapping'") }}
+    {{ sqlserver_cdc._landed_since("landing_kind = 'cdc_metadata' and entity = 'lsn_time_mapping'") }}
 ),
 
 decoded as (

@@ -1,15 +1,16 @@
 -- Debezium SQL Server connector events: every landed line, unwrapped (Kafka record, schema
 -- envelope, Avro-JSON unions), de-duplicated (replays, also against the events already staged),
 -- tombstones counted, bad lines quarantined. The logic is the macro debezium_events, which the
--- runner's high-water mark reads too. An incremental Delta table appended per landing batch:
--- each line is decoded once; a replay is looked up among the staged events at or above the
--- smallest commit LSN of the new lines (a literal: Delta skips older files).
+-- runner's begin_run reads too. A Delta table appended per landing batch: each line is decoded
+-- once; a replay is looked up among the staged events at or above the smallest commit LSN of
+-- the new lines (a literal: Delta skips older files).
 -- Built only when a tracked table declares channel debezium.
 {{ config(enabled=sqlserver_cdc.channel_declared('debezium')) }}
 {{ sqlserver_cdc._staged_table_config() }}
-{%- set new_lines = '(' ~ sqlserver_cdc._landed_since_last_batch("landing_kind = 'debezium'") ~ ') as new_lines' %}
+{%- set window = sqlserver_cdc.cdc_window() %}
+{%- set new_lines = '(' ~ sqlserver_cdc._landed_since("landing_kind = 'debezium'") ~ ') as new_lines' %}
 {%- set floor = none %}
-{%- if execute and is_incremental() %}
+{%- if execute and not window.full %}
     {%- set floor = run_query('select min(commit_lsn) from (' ~ sqlserver_cdc.debezium_events(new_lines)
         ~ ') as new_events where replay_key is not null').columns[0].values()[0] %}
 {%- endif %}

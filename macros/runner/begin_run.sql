@@ -1,0 +1,267 @@
+{#- Used by the runner (dbt run-operation), the first of a run's dbt invocations: lands the new
+    files (land_files) and reports the few small facts the run is planned from
+    (runner/plan.py), as one log line `sqlserver_cdc.begin_run <json>`:
+    - tables: each tracked table's channel, capture instances (and whether declared dropped) and
+      a digest of its declaration;
+    - previous: the previous run's ledger row (run_id, landed_through, exported_lsn,
+      manifests_from, its tables and streams; landed_lsn and upper_batch for a row of an earlier
+      release);
+    - landed_now: records this run's batch landed per <kind>/<entity>;
+    - arrived: per source, the largest commit LSN and the last batch of what landed after the
+      previous run (see _arrivals), ces_unrouted and debezium_snapshot_end;
+    - manifests (export manifests landed since then, or since the batch of the earliest still
+      waiting beyond a gap), snapshots (every snapshot manifest: one small partition);
+    - watermarks (each model's), relations (the target schema's tables and views), the
+      capture instances' validity low ends (instance_min_lsn), whether a seed is missing, a
+      digest of the views;
+    - refused and waiting files, upper_lsn (--upper-lsn, canonical) and manifests_required.
+    Reads only the batches landed after the previous run (Delta skips earlier files by their
+    _batch_id statistics) and small tables. -#}
+{% macro begin_run(files, batch_id, raw_schema=none, upper_lsn=none) -%}
+    {{ return(adapter.dispatch('begin_run', 'sqlserver_cdc')(files=files, batch_id=batch_id, raw_schema=raw_schema, upper_lsn=upper_lsn)) }}
+{%- endmacro %}
+
+{% macro spark__begin_run(files, batch_id, raw_schema=none, upper_lsn=none) -%}
+    {%- set raw_schema = raw_schema or var('cdc_raw_schema', target.schema ~ '_raw') -%}
+    {%- set raw = raw_schema ~ '.landed_rows' -%}
+    {%- set ledger = sqlserver_cdc.ledger_relation() -%}
+    {% do run_query('create schema if not exists ' ~ ledger.schema) %}
+    {% do sqlserver_cdc._ensure_ledger(ledger) %}
+    {% do sqlserver_cdc._ensure_watermarks() %}
+    {%- set landing = sqlserver_cdc.land_files(files, batch_id, raw_schema) -%}
+    {%- set landed_now = {} -%}
+    {%- for row in run_query(sqlserver_cdc.landed_batch_counts(batch_id, raw_schema)) -%}
+        {%- do landed_now.update({row[0] ~ '/' ~ row[1]: row[2] | int}) -%}
+    {%- endfor -%}
+    {%- set previous = sqlserver_cdc._previous_run(ledger) -%}
+    {%- set since = previous.run_id if previous else '' -%}
+    {%- set tables = sqlserver_cdc._declared_tables() -%}
+    {%- set facts = sqlserver_cdc._arrivals(raw, since, (previous or {}).get('manifests_from') or '', tables) -%}
+    {%- set relations = [] -%}
+    {%- for row in run_query('show tables in ' ~ target.schema) if not row[2] -%}
+        {%- do relations.append(row[1] | lower) -%}
+    {%- endfor -%}
+    {%- set watermarks = {} -%}
+    {%- for row in run_query('select model_name, max_by(watermark_lsn, recorded_at), max_by(watermark_batch, recorded_at),'
+        ~ ' max_by(declaration, recorded_at) from ' ~ sqlserver_cdc.watermark_relation() ~ ' group by model_name') -%}
+        {%- do watermarks.update({row[0]: {'lsn': row[1], 'batch': row[2], 'declaration': row[3]}}) -%}
+    {%- endfor -%}
+    {%- set seeds = [] -%}
+    {%- for node in graph.nodes.values() if node.resource_type == 'seed' and node.alias | lower not in relations -%}
+        {%- do seeds.append(node.name) -%}
+    {%- endfor -%}
+    {%- set quarantine = graph.nodes.values() | selectattr('resource_type', 'equalto', 'model')
+        | selectattr('name', 'equalto', 'cdc_quarantine') | first -%}
+    {%- set capped = none -%}
+    {%- if upper_lsn is not none -%}
+        {%- set capped = run_query('select ' ~ sqlserver_cdc.lsn_normalize(sqlserver_cdc._sql_string(upper_lsn))).rows[0][0] -%}
+        {%- if capped is none -%}
+            {{ exceptions.raise_compiler_error("--upper-lsn " ~ upper_lsn ~ " is not an LSN; give e.g. 0x0000002C00000300017C") }}
+        {%- endif -%}
+    {%- endif -%}
+    {%- do facts.update({
+        'run_id': batch_id, 'tables': tables, 'previous': previous, 'landed_now': landed_now,
+        'watermarks': watermarks, 'relations': relations,
+        'instance_min_lsn': sqlserver_cdc._instance_min_lsn(raw, since, 'stg_cdc_metadata__change_tables' in relations),
+        'views_digest': local_md5(tojson(var('cdc_tracked_tables', {}), sort_keys=true) ~ (quarantine.raw_code if quarantine else '')),
+        'seeds_missing': seeds | length > 0, 'refused': landing.refused, 'waiting': landing.waiting,
+        'upper_lsn': capped, 'manifests_required': sqlserver_cdc._export_manifests_required()}) -%}
+    {{ log('sqlserver_cdc.begin_run ' ~ tojson(facts), info=true) }}
+{%- endmacro %}
+
+{% macro default__begin_run(files, batch_id, raw_schema=none, upper_lsn=none) -%}
+    {{ exceptions.raise_compiler_error(sqlserver_cdc._not_supported('begin_run')) }}
+{%- endmacro %}
+
+{#- The previous run's ledger row (see begin_run), none before the first. -#}
+{% macro _previous_run(ledger) -%}
+    {%- set rows = run_query("select run_id, to_json(landed_through), to_json(exported_lsn), manifests_from, to_json(tables),"
+        ~ " to_json(streams), to_json(landed_lsn), to_json(upper_batch) from " ~ ledger ~ " where run_id = (select max(run_id) from "
+        ~ ledger ~ " where status in ('succeeded', 'failed', 'nothing_to_do'))").rows -%}
+    {%- if not rows -%}{{ return(none) }}{%- endif -%}
+    {%- set row = rows[0] -%}
+    {%- set tables = {} -%}
+    {%- for t in (fromjson(row[4]) if row[4] else []) -%}{%- do tables.update({t.tracked_table: t}) -%}{%- endfor -%}
+    {%- set streams = {} -%}
+    {%- for s in (fromjson(row[5]) if row[5] else []) -%}{%- do streams.update({s.channel: s}) -%}{%- endfor -%}
+    {{ return({'run_id': row[0], 'landed': sqlserver_cdc._json_map(row[1]), 'exported_lsn': sqlserver_cdc._json_map(row[2]),
+        'manifests_from': row[3] or '', 'tables': tables, 'streams': streams,
+        'landed_lsn': sqlserver_cdc._json_map(row[6]), 'upper_batch': sqlserver_cdc._json_map(row[7])}) }}
+{%- endmacro %}
+
+{#- The tracked tables as the plan needs them (see begin_run). -#}
+{% macro _declared_tables() -%}
+    {%- set tables = [] -%}
+    {%- for name in var('cdc_tracked_tables', {}) | sort -%}
+        {%- set t = sqlserver_cdc.tracked_table(name) -%}
+        {%- set instances = [] -%}
+        {%- for i in t.instances -%}{%- do instances.append({'name': i.name | lower, 'dropped': i.dropped}) -%}{%- endfor -%}
+        {%- do tables.append({'name': name, 'channel': t.channel, 'instances': instances,
+            'digest': local_md5(tojson(t, sort_keys=true))}) -%}
+    {%- endfor -%}
+    {{ return(tables) }}
+{%- endmacro %}
+
+{#- What landed after batch `since` (see begin_run): {arrived, ces_unrouted, debezium_snapshot_end,
+    manifests, snapshots}. arrived: per source, {lsn, batch, records}: change_tables/<instance>
+    (the largest __$start_lsn), snapshots/<table>, cdc_metadata/<entity> (lsn_time_mapping: the
+    largest start_lsn), ces (the largest logicalid LSN) and debezium (the largest commit LSN of a
+    complete event), and per event table, ces:<table> / debezium:<table>, the events routed to it.
+    A CES line whose table cannot be read before its message is reassembled (a segment of a split
+    message) sets ces_unrouted to its batch; a Debezium snapshot's end marker (last) sets
+    debezium_snapshot_end. -#}
+{% macro _arrivals(raw, since, manifests_from, tables) -%}
+    {%- set since_sql = sqlserver_cdc._sql_string(since) -%}
+    {%- set arrived, manifests, snapshots = {}, [], [] -%}
+    {%- set flags = {'ces_unrouted': none, 'debezium_snapshot_end': none} -%}
+    {%- set query -%}
+        select source, max(lsn), max(_batch_id), count(*), max(after_lsn), min(lsn)
+        from (
+            select
+                concat(landing_kind, '/', lower(entity)) as source,
+                case
+                    when landing_kind = 'change_tables' then {{ sqlserver_cdc.lsn_normalize("row_values['__$start_lsn']", 'string') }}
+                    when entity = 'lsn_time_mapping' then {{ sqlserver_cdc.lsn_normalize("row_values['start_lsn']", 'string') }}
+                end as lsn,
+                cast(null as string) as after_lsn,
+                _batch_id
+            from {{ raw }}
+            where landing_kind in ('change_tables', 'snapshots', 'cdc_metadata') and _batch_id > {{ since_sql }}
+            union all
+            -- each export manifest (docs/landing.md "Export manifests") and each snapshot manifest
+            select concat(landing_kind, '/', lower(entity), '/', _source_file), row_values['through_lsn'], row_values['after_lsn'], _batch_id
+            from {{ raw }}
+            where landing_kind = 'manifest'
+                and _batch_id {{ ('>= ' ~ sqlserver_cdc._sql_string(manifests_from)) if manifests_from else ('> ' ~ since_sql) }}
+            union all
+            select concat(landing_kind, '/', lower(entity), '/', _source_file), row_values['snapshot_lsn'], null, _batch_id
+            from {{ raw }}
+            where landing_kind = 'snapshot_manifest'
+        ) as landed
+        group by source
+    {%- endset -%}
+    {%- for row in run_query(query) -%}
+        {%- set parts = row[0].split('/', 2) -%}
+        {%- if parts[0] == 'manifest' -%}
+            {%- do manifests.append({'instance': parts[1], 'after_lsn': row[4], 'through_lsn': row[1], 'batch': row[2]}) -%}
+        {%- elif parts[0] == 'snapshot_manifest' -%}
+            {%- do snapshots.append({'table': parts[1], 'lsn': row[1], 'batch': row[2]}) -%}
+        {%- else -%}
+            {%- do arrived.update({row[0]: {'lsn': row[1], 'min_lsn': row[5], 'batch': row[2], 'records': row[3] | int}}) -%}
+        {%- endif -%}
+    {%- endfor -%}
+    {%- for channel in ['ces', 'debezium'] -%}
+        {%- set routed = tables | selectattr('channel', 'equalto', channel) | list -%}
+        {%- if routed -%}
+            {%- set total = {'lsn': none, 'batch': none, 'records': 0} -%}
+            {%- for row in run_query(sqlserver_cdc._event_arrivals(channel, raw, since_sql, routed)) -%}
+                {#- row: route, complete (a trusted event), snapshot end marker, lsn, batch, records, min lsn -#}
+                {%- set lsn = row[3] if row[1] else none -%}
+                {%- do total.update({'lsn': [total.lsn or '', lsn or ''] | max or none, 'batch': [total.batch or '', row[4]] | max,
+                    'records': total.records + row[5] | int}) -%}
+                {%- if row[0] == '?' -%}
+                    {%- do flags.update({'ces_unrouted': [flags.ces_unrouted or '', row[4]] | max}) -%}
+                {%- elif row[0] and row[1] -%}
+                    {%- set key = channel ~ ':' ~ row[0] -%}
+                    {%- set seen = arrived.get(key, {'lsn': none, 'min_lsn': none, 'batch': '', 'records': 0}) -%}
+                    {%- do arrived.update({key: {'lsn': [seen.lsn or '', lsn or ''] | max or none,
+                        'min_lsn': ([seen.min_lsn, row[6]] | reject('none') | min) if seen.min_lsn or row[6] else none,
+                        'batch': [seen.batch, row[4]] | max, 'records': seen.records + row[5] | int}}) -%}
+                {%- endif -%}
+                {%- if row[2] -%}
+                    {%- do flags.update({'debezium_snapshot_end': [flags.debezium_snapshot_end or '', row[4]] | max}) -%}
+                {%- endif -%}
+            {%- endfor -%}
+            {%- if total.batch -%}{%- do arrived.update({channel: total}) -%}{%- endif -%}
+        {%- endif -%}
+    {%- endfor -%}
+    {{ return({'arrived': arrived, 'manifests': manifests, 'snapshots': snapshots, 'ces_unrouted': flags.ces_unrouted,
+        'debezium_snapshot_end': flags.debezium_snapshot_end}) }}
+{%- endmacro %}
+
+{#- The event lines of `channel` landed after `since` grouped by the tracked table they route to
+    (`routed`, by the staging models' own rule, _event_route; '?' for a CES segment whose message
+    is not reassembled yet): route, complete, snapshot_end, lsn, batch, records. CES lines are
+    routed by their data's eventsource (read as text: a segment of a split message holds only
+    part of it); Debezium lines are decoded as the events model decodes them. -#}
+{% macro _event_arrivals(channel, raw, since_sql, routed) -%}
+    {%- set lines = '(select * from ' ~ raw ~ " where landing_kind = '" ~ channel ~ "' and _batch_id > " ~ since_sql ~ ') as since_batch' -%}
+    select route, complete, snapshot_end, max(commit_lsn), max(_batch_id), count(*), min(commit_lsn)
+    from (
+        select
+            case
+                {%- for t in routed %}
+                when {{ sqlserver_cdc._event_route(sqlserver_cdc.tracked_table(t.name)) }} then '{{ t.name }}'
+                {%- endfor %}
+                {%- if channel == 'ces' %}
+                when commit_lsn is not null and source_table is null then '?'
+                {%- endif %}
+            end as route,
+            coalesce(status = 'complete' and commit_lsn is not null, false) as complete,
+            {{ "coalesce(snapshot_marker = 'last', false)" if channel == 'debezium' else 'false' }} as snapshot_end,
+            commit_lsn,
+            _batch_id
+        from (
+            {%- if channel == 'ces' %}
+            select
+                _batch_id,
+                'complete' as status,
+                case when row_values['logicalid'] rlike '{{ sqlserver_cdc._ces_logicalid_pattern() }}'
+                    then upper(element_at(split(row_values['logicalid'], ':'), -2)) end as commit_lsn,
+                get_json_object(row_values['data'], '$.eventsource.db') as source_database,
+                get_json_object(row_values['data'], '$.eventsource.schema') as source_schema,
+                get_json_object(row_values['data'], '$.eventsource.tbl') as source_table
+            from {{ lines }}
+            {%- else %}
+            {{ sqlserver_cdc.debezium_events(lines) }}
+            {%- endif %}
+        ) as events
+    ) as routed_events
+    group by route, complete, snapshot_end
+{%- endmacro %}
+
+{#- Per capture instance (lower case), the low end of its validity interval: the start_lsn of its
+    latest cdc.change_tables export, staged or landed since `since`. -#}
+{% macro _instance_min_lsn(raw, since, staged) -%}
+    {%- set found = {} -%}
+    {%- set query -%}
+        select lower(capture_instance), max_by(start_lsn, ingested_at)
+        from (
+            {%- if staged %}
+            select capture_instance, start_lsn, _ingested_at as ingested_at
+            from {{ sqlserver_cdc._model_relation('stg_cdc_metadata__change_tables') }}
+            where quarantine_reason is null
+            union all
+            {%- endif %}
+            select row_values['capture_instance'] as capture_instance,
+                {{ sqlserver_cdc.lsn_normalize("row_values['start_lsn']", 'string') }} as start_lsn, _ingested_at as ingested_at
+            from {{ raw }}
+            where landing_kind = 'cdc_metadata' and entity = 'change_tables' and _batch_id > {{ sqlserver_cdc._sql_string(since) }}
+        ) as exported
+        where capture_instance is not null and start_lsn is not null
+        group by lower(capture_instance)
+    {%- endset -%}
+    {%- for row in run_query(query) -%}{%- do found.update({row[0]: row[1]}) -%}{%- endfor -%}
+    {{ return(found) }}
+{%- endmacro %}
+
+{#- var cdc_export_manifests: 'optional' (default; an instance without manifests follows the
+    lsn_time_mapping alone, with a warning) or 'required' (an instance without a landed manifest
+    holds the cut where its exports reach: nowhere until its first lands). -#}
+{% macro _export_manifests_required() -%}
+    {%- set mode = var('cdc_export_manifests', 'optional') -%}
+    {%- if mode not in ('optional', 'required') -%}
+        {{ exceptions.raise_compiler_error("var cdc_export_manifests must be 'optional' or 'required'; got " ~ mode) }}
+    {%- endif -%}
+    {{ return(mode == 'required') }}
+{%- endmacro %}
+
+{#- A model's relation by name, from the graph (operations and hooks have no ref). -#}
+{% macro _model_relation(name) -%}
+    {%- set node = graph.nodes.values() | selectattr('resource_type', 'equalto', 'model')
+        | selectattr('name', 'equalto', name) | first -%}
+    {%- if node is not defined or node is none -%}
+        {{ exceptions.raise_compiler_error("model " ~ name ~ " is not in the project") }}
+    {%- endif -%}
+    {{ return(node.relation_name) }}
+{%- endmacro %}

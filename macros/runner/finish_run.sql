@@ -1,0 +1,233 @@
+{#- Used by the runner (dbt run-operation) after the build, its last dbt invocation: counts what
+    the run did, records the watermarks runner/plan.py's `advance` decided and writes the run's
+    ledger row, once; logs `sqlserver_cdc.finish_run <json>` ({tables, streams}) for the runner
+    to print. Three statements (and one per event channel the run staged): the counts of the
+    tables the run staged or applied (the others keep the counts of the previous row), the
+    watermark table rewritten with one row per model, the ledger row.
+    run: the ledger row's fields (see _ledger_ddl) but tables and streams; tables: per tracked
+    table {name, channel, staging, staged (its staging built), applied (its marts built),
+    lower_lsn, lower_batch (the current-state mart's before the run), lsn_reached, batch_reached,
+    advanced, current_rows, history_versions (the previous row's)}; streams: per declared event
+    channel {channel, counted (its events model built), quarantined_total (the previous row's)};
+    watermarks: the models whose watermark moved, {model, lsn, batch, declaration};
+    capture_lsn: the change-table capture high-water mark (the lag's reference). -#}
+{% macro finish_run(run, tables=[], streams=[], watermarks=[], capture_lsn=none) -%}
+    {{ return(adapter.dispatch('finish_run', 'sqlserver_cdc')(run=run, tables=tables, streams=streams, watermarks=watermarks, capture_lsn=capture_lsn)) }}
+{%- endmacro %}
+
+{% macro spark__finish_run(run, tables=[], streams=[], watermarks=[], capture_lsn=none) -%}
+    {%- set counted = sqlserver_cdc._run_counts(run, tables) -%}
+    {%- set lags = sqlserver_cdc._lags(tables, capture_lsn) -%}
+    {%- set summary = [] -%}
+    {%- for t in tables -%}
+        {%- set c = counted.get(t.name, {}) -%}
+        {%- do summary.append({'tracked_table': t.name, 'rows_landed': c.get('rows_landed', 0), 'quarantined': c.get('quarantined', 0),
+            'changes_applied': c.get('changes_applied', 0), 'lsn_reached': t.lsn_reached, 'advanced': t.advanced,
+            'lag_seconds': lags.get(t.name), 'current_rows': c.get('current_rows', t.current_rows or 0),
+            'history_versions': c.get('history_versions', t.history_versions or 0)}) -%}
+    {%- endfor -%}
+    {%- set stream_rows = [] -%}
+    {%- for s in streams -%}
+        {%- if s.counted -%}
+            {%- set row = run_query(sqlserver_cdc.stream_summary(s.channel, run.since_run_id, run.run_id)).rows[0] -%}
+            {%- do stream_rows.append({'channel': s.channel, 'lines_landed': row[0] | int, 'duplicates': row[1] | int,
+                'pending_messages': row[2] | int, 'tombstones': row[3] | int, 'quarantined': row[4] | int,
+                'quarantined_total': row[5] | int}) -%}
+        {%- else -%}
+            {%- do stream_rows.append({'channel': s.channel, 'lines_landed': 0, 'duplicates': 0, 'pending_messages': 0,
+                'tombstones': 0, 'quarantined': 0, 'quarantined_total': s.quarantined_total or 0}) -%}
+        {%- endif -%}
+    {%- endfor -%}
+    {%- if watermarks -%}
+        {% do run_query(sqlserver_cdc._rewrite_watermarks(watermarks, run.run_id)) %}
+    {%- endif -%}
+    {% do run_query(sqlserver_cdc._ledger_insert(run, summary, stream_rows)) %}
+    {{ log('sqlserver_cdc.finish_run ' ~ tojson({'tables': summary, 'streams': stream_rows}), info=true) }}
+{%- endmacro %}
+
+{% macro default__finish_run(run, tables=[], streams=[], watermarks=[], capture_lsn=none) -%}
+    {{ exceptions.raise_compiler_error(sqlserver_cdc._not_supported('finish_run')) }}
+{%- endmacro %}
+
+{#- One query counting, for the tables the run staged or applied: rows landed and quarantined
+    in the batches it took in (after since_run_id, up to run_id: a batch a killed run landed
+    counts in the run that stages it), changes applied (change tables: trusted change rows
+    between the current-state mart's watermark before and after the run, update-before rows
+    left out; event channels: the trusted events of the batches it took in up to the LSN
+    reached) and both marts' rows. Every bound is a literal, so Delta skips other batches' files. -#}
+{% macro _run_counts(run, tables) -%}
+    {%- set selects = [] -%}
+    {%- set batches = "_batch_id > " ~ sqlserver_cdc._sql_string(run.since_run_id or '') ~ " and _batch_id <= " ~ sqlserver_cdc._sql_string(run.run_id) -%}
+    {%- for t in tables if t.staged or t.applied -%}
+        {%- set staging = sqlserver_cdc._model_relation(t.staging) -%}
+        {%- set applied -%}
+            {%- if not t.applied or not t.lsn_reached -%}
+            cast(0 as bigint)
+            {%- elif t.channel == 'change_tables' -%}
+            (select count(*) from {{ staging }} where commit_lsn > {{ sqlserver_cdc._sql_string(t.lower_lsn or '') }}
+                and commit_lsn <= {{ sqlserver_cdc._sql_string(t.lsn_reached) }} and quarantine_reason is null and operation != 'update_before')
+            {%- else -%}
+            {#- events arrive out of order: those this run took in, whatever their LSN -#}
+            (select count(*) from {{ staging }} where _batch_id > {{ sqlserver_cdc._sql_string(t.lower_batch or '') }}
+                and _batch_id <= {{ sqlserver_cdc._sql_string(t.batch_reached or '') }}
+                and commit_lsn <= {{ sqlserver_cdc._sql_string(t.lsn_reached) }} and quarantine_reason is null)
+            {%- endif -%}
+        {%- endset -%}
+        {%- do selects.append("select '" ~ t.name ~ "' as tracked_table, "
+            ~ ("(select count(*) from " ~ staging ~ " where " ~ batches ~ ")" if t.staged else "cast(0 as bigint)") ~ " as rows_landed, "
+            ~ ("(select count_if(quarantine_reason is not null) from " ~ staging ~ " where " ~ batches ~ ")" if t.staged else "cast(0 as bigint)") ~ " as quarantined, "
+            ~ applied ~ " as changes_applied, "
+            ~ ("(select count(*) from " ~ sqlserver_cdc._model_relation(t.name ~ '_current') ~ ")" if t.applied else "cast(null as bigint)") ~ " as current_rows, "
+            ~ ("(select count(*) from " ~ sqlserver_cdc._model_relation(t.name ~ '_history') ~ ")" if t.applied else "cast(null as bigint)") ~ " as history_versions") -%}
+    {%- endfor -%}
+    {%- set counted = {} -%}
+    {%- if selects -%}
+        {%- for row in run_query(selects | join('\nunion all\n')) -%}
+            {%- set c = {'rows_landed': row[1] | int, 'quarantined': row[2] | int, 'changes_applied': row[3] | int} -%}
+            {%- if row[4] is not none -%}{%- do c.update({'current_rows': row[4] | int, 'history_versions': row[5] | int}) -%}{%- endif -%}
+            {%- do counted.update({row[0]: c}) -%}
+        {%- endfor -%}
+    {%- endif -%}
+    {{ return(counted) }}
+{%- endmacro %}
+
+{#- Per change-table table, how far the commit time of the LSN its current-state mart reached lags
+    that of the capture high-water mark (seconds), read from the staged lsn_time_mapping for
+    those LSNs only. -#}
+{% macro _lags(tables, capture_lsn) -%}
+    {%- set lsns = [] -%}
+    {%- for t in tables if t.channel == 'change_tables' and t.lsn_reached and t.lsn_reached not in lsns -%}
+        {%- do lsns.append(t.lsn_reached) -%}
+    {%- endfor -%}
+    {%- set lags = {} -%}
+    {%- if not capture_lsn or not lsns or not sqlserver_cdc._relation_exists('stg_cdc_metadata__lsn_time_mapping') -%}
+        {{ return(lags) }}
+    {%- endif -%}
+    {%- set times = {} -%}
+    {%- for row in run_query("select start_lsn, cast(unix_timestamp(max(tran_end_time)) as bigint) from "
+        ~ sqlserver_cdc._model_relation('stg_cdc_metadata__lsn_time_mapping') ~ " where quarantine_reason is null and start_lsn in ('"
+        ~ (lsns + [capture_lsn]) | join("', '") ~ "') group by start_lsn") -%}
+        {%- do times.update({row[0]: row[1]}) -%}
+    {%- endfor -%}
+    {%- for t in tables if t.channel == 'change_tables' and t.lsn_reached -%}
+        {%- if times.get(capture_lsn) is not none and times.get(t.lsn_reached) is not none -%}
+            {%- do lags.update({t.name: (times[capture_lsn] - times[t.lsn_reached]) | int}) -%}
+        {%- endif -%}
+    {%- endfor -%}
+    {{ return(lags) }}
+{%- endmacro %}
+
+{#- Whether a model's relation exists (SHOW TABLES reads the metastore only). -#}
+{% macro _relation_exists(name) -%}
+    {%- set node = graph.nodes.values() | selectattr('resource_type', 'equalto', 'model')
+        | selectattr('name', 'equalto', name) | first -%}
+    {%- if not execute or node is not defined or node is none -%}
+        {{ return(false) }}
+    {%- endif -%}
+    {{ return(run_query("show tables in " ~ node.schema ~ " like '" ~ node.alias ~ "'").rows | length > 0) }}
+{%- endmacro %}
+
+{#- The watermark table rewritten with one row per model (one file: reading it stays cheap
+    however many runs there were): the latest row of each model, with `watermarks` (the models
+    this run moved) replacing theirs. -#}
+{% macro _rewrite_watermarks(watermarks, run_id) -%}
+    {%- set relation = sqlserver_cdc.watermark_relation() -%}
+    insert overwrite table {{ relation }}
+    select model_name, watermark_lsn, invocation_id, recorded_at, watermark_batch, declaration
+    from (
+        select *, row_number() over (partition by model_name order by recorded_at desc) as _rank
+        from (
+            select model_name, watermark_lsn, invocation_id, recorded_at, watermark_batch, declaration
+            from {{ relation }}
+            where model_name not in ({% for w in watermarks %}{{ sqlserver_cdc._sql_string(w.model) }}{{ ', ' if not loop.last }}{% endfor %})
+            {%- for w in watermarks %}
+            union all
+            select {{ sqlserver_cdc._sql_string(w.model) }}, {{ sqlserver_cdc._sql_value(w.lsn, 'string') }},
+                {{ sqlserver_cdc._sql_string(run_id) }}, current_timestamp(), {{ sqlserver_cdc._sql_value(w.batch, 'string') }},
+                {{ sqlserver_cdc._sql_value(w.declaration, 'string') }}
+            {%- endfor %}
+        )
+    )
+    where _rank = 1
+{%- endmacro %}
+
+{#- The ledger row of a run (see finish_run), as one INSERT of literals. -#}
+{% macro _ledger_insert(run, summary, streams) -%}
+    {%- set s = sqlserver_cdc._sql_string -%}
+    {%- set v = sqlserver_cdc._sql_value -%}
+    insert into {{ sqlserver_cdc.ledger_relation() }} (run_id, started_at, ended_at, status, full_refresh, since_run_id, landed,
+        landed_lsn, upper_lsn, upper_batch, tables, streams, failed_nodes, exported_lsn, manifests_from, refused,
+        landed_through, plan)
+    select
+        {{ s(run.run_id) }}, cast({{ s(run.started_at) }} as timestamp), current_timestamp(), {{ s(run.status) }},
+        {{ run.full_refresh | string | lower }}, {{ s(run.since_run_id or '') }},
+        {{ sqlserver_cdc._sql_map(run.landed, 'bigint') }},
+        {{ sqlserver_cdc._sql_map(run.landed_lsn, 'string') }},
+        {{ sqlserver_cdc._sql_map(run.upper_lsn, 'string') }},
+        {{ sqlserver_cdc._sql_map(run.upper_batch, 'string') }},
+        cast(array(
+            {%- for t in summary %}
+            named_struct('tracked_table', {{ s(t.tracked_table) }}, 'rows_landed', {{ v(t.rows_landed, 'bigint') }},
+                'quarantined', {{ v(t.quarantined, 'bigint') }}, 'changes_applied', {{ v(t.changes_applied, 'bigint') }},
+                'lsn_reached', {{ v(t.lsn_reached, 'string') }}, 'advanced', {{ t.advanced | string | lower }},
+                'lag_seconds', {{ v(t.lag_seconds, 'bigint') }}, 'current_rows', {{ v(t.current_rows, 'bigint') }},
+                'history_versions', {{ v(t.history_versions, 'bigint') }}){{ ',' if not loop.last }}
+            {%- endfor %}
+        ) as array<struct<tracked_table: string, rows_landed: bigint, quarantined: bigint, changes_applied: bigint,
+            lsn_reached: string, advanced: boolean, lag_seconds: bigint, current_rows: bigint, history_versions: bigint>>),
+        cast(array(
+            {%- for c in streams %}
+            named_struct('channel', {{ s(c.channel) }}, 'lines_landed', {{ v(c.lines_landed, 'bigint') }},
+                'duplicates', {{ v(c.duplicates, 'bigint') }}, 'pending_messages', {{ v(c.pending_messages, 'bigint') }},
+                'tombstones', {{ v(c.tombstones, 'bigint') }}, 'quarantined', {{ v(c.quarantined, 'bigint') }},
+                'quarantined_total', {{ v(c.quarantined_total, 'bigint') }}){{ ',' if not loop.last }}
+            {%- endfor %}
+        ) as array<struct<channel: string, lines_landed: bigint, duplicates: bigint, pending_messages: bigint,
+            tombstones: bigint, quarantined: bigint, quarantined_total: bigint>>),
+        cast(array({% for f in run.failed_nodes %}{{ s(f) }}{{ ', ' if not loop.last }}{% endfor %}) as array<string>),
+        {{ sqlserver_cdc._sql_map(run.exported_lsn, 'string') }},
+        {{ s(run.manifests_from or '') }},
+        cast(array({% for r in run.refused %}{{ s(r) }}{{ ', ' if not loop.last }}{% endfor %}) as array<string>),
+        {{ sqlserver_cdc._sql_map(run.landed_through, ['lsn', 'batch']) }},
+        {{ s(run.plan) }}
+{%- endmacro %}
+
+{#- Used by finish_run for each declared event channel (ces, debezium): lines landed in the
+    batches this run took in (after since_batch, up to run_batch), how many of them were
+    duplicates (CES: redelivered events and segments; Debezium: replayed events), split messages
+    still waiting for segments (CES), tombstones (Debezium), and lines quarantined (in those
+    batches, and in all: an incomplete CES message becomes an orphan batches after landing). -#}
+{% macro stream_summary(channel, since_batch, run_batch) -%}
+    {{ return(adapter.dispatch('stream_summary', 'sqlserver_cdc')(channel=channel, since_batch=since_batch, run_batch=run_batch)) }}
+{%- endmacro %}
+
+{% macro spark__stream_summary(channel, since_batch, run_batch) -%}
+    {%- if channel not in ('ces', 'debezium') -%}
+        {{ exceptions.raise_compiler_error("stream_summary: channel must be ces or debezium; got '" ~ channel ~ "'") }}
+    {%- endif %}
+    {%- set batches = "_batch_id > '" ~ since_batch ~ "' and _batch_id <= '" ~ run_batch ~ "'" %}
+    select
+        (select count(*) from {{ sqlserver_cdc._raw_landed_rows() }}
+            where landing_kind = '{{ channel }}' and {{ batches }}) as lines_landed,
+        count_if({{ batches }} and status = 'duplicate') as duplicates,
+        {%- if channel == 'ces' %}
+        count(distinct case when status = 'pending' then logicalid end) as pending_messages,
+        0 as tombstones,
+        {%- else %}
+        0 as pending_messages,
+        count_if({{ batches }} and status = 'tombstone') as tombstones,
+        {%- endif %}
+        count_if({{ batches }} and status = 'quarantined') as quarantined,
+        count_if(status = 'quarantined') as quarantined_total
+    from {{ sqlserver_cdc._model_relation('stg_' ~ channel ~ '__events') }}
+{%- endmacro %}
+
+{% macro default__stream_summary(channel, since_batch, run_batch) -%}
+    {{ exceptions.raise_compiler_error(sqlserver_cdc._not_supported('stream_summary')) }}
+{%- endmacro %}
+
+{#- The raw landing table by name (source cdc_raw.landed_rows), usable in operations and hooks,
+    where source() is not. -#}
+{% macro _raw_landed_rows() -%}
+    {{ var('cdc_raw_schema', target.schema ~ '_raw') }}.landed_rows
+{%- endmacro %}

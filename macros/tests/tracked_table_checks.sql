@@ -1,0 +1,88 @@
+{#- Generic test on a tracked table's current-state mart: every check of the table in one query
+    (docs/operations.md "Checks: batch and audit"), so a run pays one test node per table it
+    changed. Fails with one row per offending key or row: failed_check (which check) and detail
+    (the offending values as JSON). The checks:
+    - staging: its key (change tables: capture_instance, change_lsn, operation_code and the
+      table's key; CES: commit_lsn, change_lsn; Debezium: the key, commit_lsn, change_lsn,
+      command_id, operation) is a primary key of the trusted rows; commit_lsn (and, for change
+      tables, operation) is not NULL in trusted rows;
+    - current state: the key is a primary key, commit_lsn is not NULL, operation is insert,
+      update, delete or snapshot;
+    - history: key and valid_from_lsn are a primary key;
+    - whole tables only (audit): one current version per key, contiguous validity ranges
+      (history_is_contiguous), history's current versions equal the current state
+      (equal_rowsets).
+    In a runner's incremental run (the plan's checks: batch) each reads what the run applies:
+    staging the rows whose commit LSN lies in the range of what this run landed for the table or
+    in the marts' window (event channels: also the rows of the landing batches the marts take in),
+    so a check that failed keeps failing while its rows are in the window, and the not-NULL checks
+    the rows of this run's batches; the marts the rows above their watermark before the run
+    (and rows whose LSN is NULL). Otherwise whole tables. -#}
+{% test tracked_table_checks(model, table) %}
+    {{ sqlserver_cdc._tracked_table_checks(table) }}
+{% endtest %}
+
+{% macro _tracked_table_checks(table_name) -%}
+    {%- set t = sqlserver_cdc.tracked_table(table_name) -%}
+    {%- set staging = ref('stg_' ~ t.channel ~ '__' ~ t.name) -%}
+    {%- set current = ref(t.name ~ '_current') -%}
+    {%- set history = ref(t.name ~ '_history') -%}
+    {%- set batch = sqlserver_cdc.check_scope() == 'batch' and execute -%}
+    {%- set plan = var('cdc_plan', none) or {} -%}
+    {%- set s = sqlserver_cdc._sql_string -%}
+    {%- if batch -%}
+        {%- set staged = sqlserver_cdc.cdc_window('stg_' ~ t.channel ~ '__' ~ t.name) -%}
+        {%- set w_current = sqlserver_cdc.cdc_window(t.name ~ '_current') -%}
+        {%- set w_history = sqlserver_cdc.cdc_window(t.name ~ '_history') -%}
+        {%- set ranges = [] -%}
+        {%- if staged.lower_lsn and staged.upper_lsn -%}
+            {%- do ranges.append('commit_lsn between ' ~ s(staged.lower_lsn) ~ ' and ' ~ s(staged.upper_lsn)) -%}
+        {%- endif -%}
+        {%- if t.channel == 'change_tables' and w_history.upper_lsn -%}
+            {%- set lower = [w_current.lower_lsn or '', w_history.lower_lsn or ''] | min -%}
+            {%- do ranges.append('(commit_lsn > ' ~ s(lower) ~ ' and commit_lsn <= ' ~ s(w_history.upper_lsn) ~ ')') -%}
+        {%- elif t.channel != 'change_tables' and w_history.upper_batch -%}
+            {%- set lower = [w_current.lower_batch or '', w_history.lower_batch or ''] | min -%}
+            {%- do ranges.append('(_batch_id > ' ~ s(lower) ~ ' and _batch_id <= ' ~ s(w_history.upper_batch) ~ ')') -%}
+        {%- endif -%}
+        {%- set staged_scope = ranges | join(' or ') if ranges else 'false' -%}
+        {%- set run_batches = '_batch_id > ' ~ s(plan.get('since', '')) ~ ' and _batch_id <= ' ~ s(plan.get('run_id', '')) -%}
+        {%- set current_scope = 'commit_lsn is null or commit_lsn > ' ~ s(w_current.lower_lsn or '') -%}
+        {%- set history_scope = 'valid_from_lsn is null or valid_from_lsn > ' ~ s(w_history.lower_lsn or '') -%}
+    {%- else -%}
+        {%- set staged_scope, run_batches, current_scope, history_scope = 'true', 'true', 'true', 'true' -%}
+    {%- endif -%}
+    {%- set staged_key = {'change_tables': ['capture_instance', 'change_lsn', 'operation_code'] + t.key,
+        'ces': ['commit_lsn', 'change_lsn'],
+        'debezium': t.key + ['commit_lsn', 'change_lsn', 'command_id', 'operation']}[t.channel] -%}
+    {%- set checks = [] -%}
+    {%- do checks.append(('staging key', sqlserver_cdc.test_primary_key(
+        model='(select * from ' ~ staging ~ ' where ' ~ staged_scope ~ ') as scoped', columns=staged_key,
+        counted_where='quarantine_reason is null', nullable=['capture_instance']))) -%}
+    {%- for column in ['commit_lsn'] + (['operation'] if t.channel == 'change_tables' else []) -%}
+        {%- do checks.append(('staging ' ~ column ~ ' not null', 'select ' ~ column ~ ', _source_file, _batch_id from ' ~ staging
+            ~ ' where quarantine_reason is null and ' ~ column ~ ' is null and ' ~ run_batches)) -%}
+    {%- endfor -%}
+    {%- set current_rows = '(select * from ' ~ current ~ ' where ' ~ current_scope ~ ') as scoped' -%}
+    {%- do checks.append(('current key', sqlserver_cdc.test_primary_key(model=current_rows, columns=t.key))) -%}
+    {%- do checks.append(('current commit_lsn not null', 'select ' ~ t.key | join(', ') ~ ' from ' ~ current_rows ~ ' where commit_lsn is null')) -%}
+    {%- do checks.append(('current operation accepted', 'select ' ~ t.key | join(', ') ~ ', operation from ' ~ current_rows
+        ~ " where operation is not null and operation not in ('insert', 'update', 'delete', 'snapshot')")) -%}
+    {%- do checks.append(('history key', sqlserver_cdc.test_primary_key(
+        model='(select * from ' ~ history ~ ' where ' ~ history_scope ~ ') as scoped', columns=t.key + ['valid_from_lsn']))) -%}
+    {%- if not batch -%}
+        {%- set non_key = sqlserver_cdc._non_key_columns(t) -%}
+        {%- do checks.append(('one current version per key', sqlserver_cdc.test_primary_key(
+            model='(select * from ' ~ history ~ ' where is_current) as current_versions', columns=t.key))) -%}
+        {%- do checks.append(('history contiguous', sqlserver_cdc.test_history_is_contiguous(model=history, key=t.key))) -%}
+        {%- do checks.append(('history current equals current state', sqlserver_cdc.test_equal_rowsets(
+            model='(select * from ' ~ history ~ ' where is_current) as current_versions', compare_model=current,
+            columns=t.columns | map(attribute='name') | list, compare_where='not is_deleted'))) -%}
+    {%- endif -%}
+    {%- for name, query in checks %}
+    select '{{ name }}' as failed_check, to_json(struct(*)) as detail from (
+        {{ query }}
+    ) as failing
+    {{ 'union all' if not loop.last }}
+    {%- endfor %}
+{%- endmacro %}

@@ -1,1 +1,0 @@
-{{ sqlserver_cdc.transactions('employees') }}

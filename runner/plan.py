@@ -1,0 +1,650 @@
+"""Run planning (docs/operations.md "The runner"): every decision a run makes about its data, as
+plain functions over plain data, so the tests run them without Spark (tests/pipeline/test_plan.py).
+
+A run lands what is new and reads a few small facts (the macro `begin_run` reports them): what
+landed since the previous run per source (capture instance, snapshot folder, metadata export,
+event channel, and the event tables the new events route to), the export manifests, each model's
+watermark, the relations that exist and the previous run's ledger row. From them `plan_run`
+decides:
+
+- per channel the window's upper bound: the largest commit LSN landed so far (change tables: in
+  cdc.lsn_time_mapping), or `--upper-lsn`; for change tables never above the export cut
+  (`export_cut`, docs/landing.md "Export manifests"), and per event channel the last landing batch
+  holding its events;
+- per tracked table whether anything lies in its window (`TablePlan.apply`) and each model's
+  window (`ModelWindow`): staging takes the batches after the last one it took in; a mart applies
+  the changes above its own watermark up to the bound (from a snapshot above both marts'
+  watermarks, which then reconciles them); a table whose window starts where cleanup already
+  removed changes is stopped with the remedy;
+- which models to build (`Plan.build`): a model whose inputs landed after its watermark, a table
+  with changes in its window, a relation that does not exist yet; a table with nothing to do
+  costs no dbt node, and its marts' watermarks move to the bound after the build (`advance`);
+- "nothing to do": nothing landed, nothing to build, no watermark to move.
+
+After the build, `advance` decides from dbt's results which watermarks move and the run's status.
+The plan reaches the models as var `cdc_plan` (the macro `cdc_window` reads it); the run ledger
+row is written once, at the end, with the plan and the outcome.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+
+CHANNELS = ("change_tables", "ces", "debezium")
+EVENT_CHANNELS = ("ces", "debezium")
+MAPPING = "cdc_metadata/lsn_time_mapping"
+# the metadata staging models and the landed sources each one takes in
+METADATA_MODELS = {
+    "stg_cdc_metadata__lsn_time_mapping": ("cdc_metadata/lsn_time_mapping",),
+    "stg_cdc_metadata__change_tables": ("cdc_metadata/change_tables",),
+    "stg_cdc_metadata__captured_columns": ("cdc_metadata/captured_columns", "cdc_metadata/change_tables"),
+}
+EVENT_MODELS = {"ces": "stg_ces__events", "debezium": "stg_debezium__events"}
+VIEWS = ("cdc_quarantine",)
+MAX_LSN = "FFFFFFFFFFFFFFFFFFFF"
+
+
+# ---- facts ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Landed:
+    """What landed from one source: its largest commit LSN (None when it carries none) and the
+    last landing batch holding its records; in what arrived since the previous run also its
+    smallest commit LSN (the batch checks read the staged rows of that range)."""
+
+    lsn: str | None
+    batch: str
+    min_lsn: str | None = None
+
+    def merge(self, other: Landed | None) -> Landed:
+        if other is None:
+            return self
+        return Landed(_max(self.lsn, other.lsn), max(self.batch, other.batch))
+
+
+@dataclass(frozen=True)
+class Table:
+    """A tracked table as the project declares it (macro tracked_table): its channel, its
+    capture instances (lower case, with whether each is declared dropped) and a digest of its
+    declaration (columns and options; the marts record the digest they were built with)."""
+
+    name: str
+    channel: str
+    instances: tuple[tuple[str, bool], ...] = ()
+    digest: str = ""
+
+    @property
+    def staging(self) -> str:
+        return f"stg_{self.channel}__{self.name}"
+
+    @property
+    def current(self) -> str:
+        return f"{self.name}_current"
+
+    @property
+    def history(self) -> str:
+        return f"{self.name}_history"
+
+    @property
+    def marts(self) -> tuple[str, str]:
+        return (self.history, self.current)
+
+    @property
+    def sources(self) -> list[str]:
+        """The landed sources its staging takes in (keys of Facts.landed)."""
+        if self.channel == "change_tables":
+            return [f"change_tables/{i}" for i, _ in self.instances] + [f"snapshots/{self.name}"]
+        return [f"{self.channel}:{self.name}"]
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """An export manifest (docs/landing.md "Export manifests"): the LSN range (after_lsn exclusive,
+    through_lsn inclusive) a capture instance's export covers, and the batch it landed in."""
+
+    instance: str
+    after_lsn: str | None
+    through_lsn: str
+    batch: str
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A landed snapshot of a change-table table (docs/landing.md "Snapshots"): the LSN it is
+    consistent at and the batch it landed in."""
+
+    table: str
+    lsn: str
+    batch: str
+
+
+@dataclass(frozen=True)
+class Watermark:
+    """How far a model got: marts the LSN they applied up to (and, for event channels, the last
+    landing batch they took in); staging the last batch it took in; declaration the digest of the
+    table's declaration the model was last built with."""
+
+    lsn: str | None = None
+    batch: str | None = None
+    declaration: str | None = None
+
+
+@dataclass(frozen=True)
+class PreviousRun:
+    """The fields of the previous run's ledger row that the next plan continues from."""
+
+    run_id: str
+    landed: dict[str, Landed] = field(default_factory=dict)
+    exported_lsn: dict[str, str | None] = field(default_factory=dict)
+    manifests_from: str = ""
+    tables: dict[str, dict] = field(default_factory=dict)  # its summary rows, by table
+    streams: dict[str, dict] = field(default_factory=dict)  # its event-stream rows, by channel
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What begin_run reports: see the module's docstring."""
+
+    run_id: str
+    tables: tuple[Table, ...]
+    previous: PreviousRun | None = None
+    # records this run's batch landed per "<kind>/<entity>" (what the ledger's `landed` shows)
+    landed_now: dict[str, int] = field(default_factory=dict)
+    # per source, what landed in the batches after the previous run's (see Table.sources):
+    # "change_tables/<instance>", "snapshots/<table>", "cdc_metadata/<entity>", "ces", "debezium"
+    # (every line of the channel), "ces:<table>", "debezium:<table>" (the events routed to a table)
+    arrived: dict[str, Landed] = field(default_factory=dict)
+    # CES lines of those batches whose table cannot be told before their message is reassembled
+    # (segments of a split message): every CES table may have new events (their last batch)
+    ces_unrouted: str | None = None
+    # a Debezium snapshot's end marker landed (it completes the snapshot of every table)
+    debezium_snapshot_end: str | None = None
+    manifests: tuple[Manifest, ...] = ()
+    snapshots: tuple[Snapshot, ...] = ()
+    watermarks: dict[str, Watermark] = field(default_factory=dict)
+    relations: frozenset[str] = frozenset()
+    # per capture instance, the low end of its validity interval (cdc.change_tables.start_lsn)
+    instance_min_lsn: dict[str, str] = field(default_factory=dict)
+    # digest of the project's views (the quarantine view lists every staging model)
+    views_digest: str = ""
+    seeds_missing: bool = False
+    refused: tuple[str, ...] = ()
+    waiting: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Options:
+    upper_lsn: str | None = None  # --upper-lsn, canonical
+    full_refresh: bool = False
+    select: tuple[str, ...] = ()  # a dbt selection given by the user (--select)
+    manifests_required: bool = False  # var cdc_export_manifests: required
+    stopped: tuple[str, ...] = ()  # why Kafka sources landed nothing (retention gaps)
+
+
+# ---- the plan ---------------------------------------------------------------------------------
+
+@dataclass
+class ExportCut:
+    """The change-table cut export manifests allow (docs/landing.md "Export manifests"). exported:
+    per capture instance with manifests, the LSN its exports reach without a gap; cut: the
+    smallest that the declared tables' exports reach ('' when a table must wait for its first,
+    None when no table has manifests); held_back: the table holding the cut below the capture
+    high-water mark; without_manifest: declared instances without any; gaps: an export landed
+    beyond a missing one; manifests_from: the batch of the earliest manifest waiting beyond a gap."""
+
+    exported: dict[str, str | None] = field(default_factory=dict)
+    manifests_from: str = ""
+    cut: str | None = None
+    held_back: dict | None = None
+    without_manifest: list[str] = field(default_factory=list)
+    gaps: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ModelWindow:
+    """What a model of this run reads (the macro cdc_window returns it). Staging: the landing
+    batches after from_batch up to through_batch (lower_lsn and upper_lsn: the LSN range of what
+    arrived for the table, which its batch checks read). A mart: the changes above lower_lsn up to
+    upper_lsn (event channels: those of the landing batches after lower_batch up to upper_batch,
+    whatever their LSN, and every earlier event of the keys they touch); snapshot_lsn: a
+    change-table snapshot that starts the window (reconcile: against the marts as stored, else
+    it is the starting state); full: built from scratch (create or replace); evolve: the table's
+    declaration changed since the mart was last built (its stored columns are looked up)."""
+
+    kind: str  # staging | mart
+    table: str | None = None
+    full: bool = False
+    from_batch: str = ""
+    through_batch: str | None = None
+    lower_lsn: str = ""
+    upper_lsn: str | None = None
+    lower_batch: str = ""
+    upper_batch: str | None = None
+    snapshot_lsn: str | None = None
+    reconcile: bool = False
+    evolve: bool = False
+
+
+@dataclass
+class TablePlan:
+    """A tracked table in this run: stage (its staging takes in new batches), apply (its marts
+    have changes in their window), gap (why the table is stopped instead)."""
+
+    name: str
+    channel: str
+    stage: bool = False
+    apply: bool = False
+    gap: str | None = None
+    # change tables: the newest snapshot at or below the bound (where a plain dbt build that
+    # rebuilds the marts starts, see macro cdc_window)
+    latest_snapshot: str | None = None
+
+
+@dataclass
+class Plan:
+    run_id: str
+    since: str
+    full_refresh: bool
+    status: str  # build | nothing_to_do
+    upper_lsn: dict[str, str | None]
+    upper_batch: dict[str, str | None]
+    landed_lsn: dict[str, str | None]
+    landed: dict[str, Landed]
+    export: ExportCut
+    tables: dict[str, TablePlan]
+    models: dict[str, ModelWindow]
+    build: list[str]
+    build_seeds: bool
+    stale_snapshots: list[str]
+    select: tuple[str, ...] = ()
+    # the digests the built views record
+    views_digest: str = ""
+
+    @property
+    def checks(self) -> str:
+        return "all" if self.full_refresh else "batch"
+
+    def var(self) -> dict:
+        """The plan as the models read it (var cdc_plan): the run, the checks' scope and each
+        model's window."""
+        return {"run_id": self.run_id, "since": self.since, "checks": self.checks,
+                "models": {name: _compact(asdict(w)) for name, w in sorted(self.models.items())}}
+
+    def to_json(self) -> str:
+        """What the ledger's `plan` column keeps: each table's decision and each model's window."""
+        return json.dumps({"tables": {n: _compact(asdict(t)) for n, t in sorted(self.tables.items())},
+                           "models": {n: _compact(asdict(w)) for n, w in sorted(self.models.items())},
+                           "build": self.build}, sort_keys=True)
+
+
+def _compact(d: dict) -> dict:
+    return {k: v for k, v in d.items() if v not in (None, "", False)}
+
+
+def _max(a: str | None, b: str | None) -> str | None:
+    return b if a is None else a if b is None else max(a, b)
+
+
+def lsn_increment(lsn: str) -> str | None:
+    """sys.fn_cdc_increment_lsn on a canonical LSN (macro lsn_increment): +1 with carry."""
+    return None if lsn == MAX_LSN else f"{int(lsn, 16) + 1:020X}"
+
+
+def lsn_decrement(lsn: str) -> str | None:
+    return None if int(lsn, 16) == 0 else f"{int(lsn, 16) - 1:020X}"
+
+
+def digest(value: object) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+# ---- planning ---------------------------------------------------------------------------------
+
+def landed_through(previous: PreviousRun | None, facts: Facts) -> dict[str, Landed]:
+    """Per source, what has landed so far: the previous run's record raised by what arrived
+    since. CES lines that route nowhere yet count for every CES table, a Debezium snapshot's
+    end marker for every Debezium table."""
+    landed = dict(previous.landed) if previous else {}
+    arrived = dict(facts.arrived)
+    for t in facts.tables:
+        key = f"{t.channel}:{t.name}"
+        if t.channel == "ces" and facts.ces_unrouted:
+            arrived[key] = Landed(None, facts.ces_unrouted).merge(arrived.get(key))
+        if t.channel == "debezium" and facts.debezium_snapshot_end:
+            arrived[key] = Landed(None, facts.debezium_snapshot_end).merge(arrived.get(key))
+    for key, value in arrived.items():
+        landed[key] = value.merge(landed.get(key))
+    return landed
+
+
+def export_cut(tables: tuple[Table, ...], manifests: tuple[Manifest, ...], exported: dict[str, str | None],
+               captured: str | None, required: bool) -> ExportCut:
+    """The change-table cut export manifests allow (see ExportCut). A manifest continues its
+    instance's chain when its after_lsn is at or below the LSN reached (the first one starts it).
+    A table's exports reach the smallest LSN of its instances with manifests that are not declared
+    dropped (while two run side by side, each holds the changes only it captures), else the
+    largest of its dropped ones'; a table with none follows the mapping alone (optional) or holds
+    the cut where its exports reach: nowhere until its first lands (required)."""
+    exported = dict(exported)
+    by_instance: dict[str, list[Manifest]] = {}
+    for m in sorted(manifests, key=lambda m: (m.instance, m.after_lsn or "", m.through_lsn)):
+        by_instance.setdefault(m.instance, []).append(m)
+    pending, gaps = [], []
+    for instance, found in by_instance.items():
+        reached = exported.get(instance)
+        for _ in found:  # each pass takes every manifest that continues the chain
+            for m in found:
+                if m.through_lsn > (reached or "") and (reached is None or m.after_lsn is None or m.after_lsn <= reached):
+                    reached = m.through_lsn
+        exported[instance] = reached
+        beyond = [m for m in found if m.through_lsn > (reached or "")]
+        pending += [m.batch for m in beyond]
+        if beyond:
+            gaps.append(f"{instance}: exported through 0x{reached}, the next landed export starts after 0x{beyond[0].after_lsn}")
+    result = ExportCut(exported=exported, manifests_from=min(pending) if pending else "", gaps=gaps)
+    cut_table = cut_instance = None
+    for t in sorted((t for t in tables if t.channel == "change_tables"), key=lambda t: t.name):
+        reached, laggard = _table_exported(t, exported)
+        if reached is None and not required:
+            result.without_manifest.append(t.instances[-1][0])
+            continue
+        if result.cut is None or (reached or "") < result.cut:
+            result.cut, cut_table, cut_instance = reached or "", t.name, laggard
+    if result.cut is not None and captured and result.cut < captured:
+        # '' (required, not exported yet): no change-table mart takes anything
+        result.held_back = {"table": cut_table, "capture_instance": cut_instance, "exported_lsn": result.cut,
+                            "captured_lsn": captured}
+    return result
+
+
+def _table_exported(t: Table, exported: dict[str, str | None]) -> tuple[str | None, str]:
+    """How far a change-table table's exports reach, and the capture instance that reaches only
+    that far (see export_cut)."""
+    active = [(exported[i], i) for i, dropped in t.instances if exported.get(i) is not None and not dropped]
+    dropped = [(exported[i], i) for i, d in t.instances if exported.get(i) is not None and d]
+    if active:
+        return min(active)
+    if dropped:
+        return max(dropped)[0], t.instances[-1][0]
+    return None, t.instances[-1][0]
+
+
+def plan_run(facts: Facts, options: Options = Options()) -> Plan:
+    previous = facts.previous
+    since = previous.run_id if previous else ""
+    landed = landed_through(previous, facts)
+    landed_lsn = {"change_tables": _lsn(landed, MAPPING), "ces": _lsn(landed, "ces"), "debezium": _lsn(landed, "debezium")}
+    upper_batch = {ch: (landed[ch].batch if ch in landed else None) for ch in EVENT_CHANNELS}
+    export = export_cut(facts.tables, facts.manifests, previous.exported_lsn if previous else {},
+                        landed_lsn["change_tables"], options.manifests_required)
+    upper = {ch: options.upper_lsn for ch in CHANNELS} if options.upper_lsn else dict(landed_lsn)
+    if export.cut is not None and upper["change_tables"] and export.cut < upper["change_tables"]:
+        upper["change_tables"] = export.cut or None
+    full = options.full_refresh
+    models: dict[str, ModelWindow] = {}
+    tables: dict[str, TablePlan] = {}
+    build: list[str] = []
+
+    def stale(model: str, sources: list[str]) -> bool:
+        """A staging model builds when it does not exist, on a full refresh, or when one of its
+        sources landed after the last batch it took in."""
+        mark = facts.watermarks.get(model, Watermark())
+        newest = max((landed[s].batch for s in sources if s in landed), default=None)
+        return full or model not in facts.relations or (newest is not None and newest > (mark.batch or ""))
+
+    def stage(model: str, sources: list[str], table: str | None = None, declaration: str | None = None) -> bool:
+        mark = facts.watermarks.get(model, Watermark())
+        rebuild = full or model not in facts.relations
+        models[model] = ModelWindow("staging", table=table, full=rebuild, from_batch="" if full else (mark.batch or ""),
+                                    through_batch=facts.run_id,
+                                    evolve=not rebuild and declaration is not None and mark.declaration != declaration)
+        if stale(model, sources):
+            build.append(model)
+            return True
+        return False
+
+    for model, sources in METADATA_MODELS.items():
+        stage(model, list(sources))
+    channels = {t.channel for t in facts.tables}
+    for channel, model in EVENT_MODELS.items():
+        if channel in channels:
+            stage(model, [channel])
+    for t in sorted(facts.tables, key=lambda t: t.name):
+        plan = tables[t.name] = TablePlan(t.name, t.channel)
+        plan.stage = stage(t.staging, t.sources, t.name, t.digest)
+        # the LSN range of what arrived for the table: its batch checks read the staged rows in it
+        arrived = [facts.arrived[s] for s in t.sources if s in facts.arrived and facts.arrived[s].lsn]
+        if arrived:
+            models[t.staging].lower_lsn = min(a.min_lsn or a.lsn for a in arrived)
+            models[t.staging].upper_lsn = max(a.lsn for a in arrived)
+        _plan_marts(t, plan, facts, landed, upper, upper_batch, full, models)
+        if plan.apply:
+            build += list(t.marts)
+    views_changed = any(v not in facts.relations for v in VIEWS) or any(
+        facts.watermarks.get(v, Watermark()).declaration != facts.views_digest for v in VIEWS)
+    if views_changed or full:
+        build += list(VIEWS)
+    stale_snapshots = [
+        f"{s.table}: the snapshot at 0x{s.lsn} is at or below its marts' watermark 0x{mark}, so it is never applied; "
+        "land one taken later"
+        for s in facts.snapshots if s.batch > since and (mark := _higher_watermark(facts, s.table)) and s.lsn <= mark]
+    arrived = bool(facts.arrived) or bool(facts.landed_now)
+    moves = any(_advances(t, tables[t.name], facts, upper, upper_batch) for t in facts.tables)
+    nothing = not (full or options.select) and not arrived and not build and not moves and not facts.seeds_missing
+    return Plan(
+        run_id=facts.run_id, since=since, full_refresh=full, status="nothing_to_do" if nothing else "build",
+        upper_lsn=upper, upper_batch=upper_batch, landed_lsn=landed_lsn, landed=landed, export=export, tables=tables,
+        models=models, build=build, build_seeds=facts.seeds_missing or full, stale_snapshots=stale_snapshots,
+        select=tuple(options.select), views_digest=facts.views_digest)
+
+
+def _lsn(landed: dict[str, Landed], key: str) -> str | None:
+    return landed[key].lsn if key in landed else None
+
+
+def _higher_watermark(facts: Facts, table: str) -> str | None:
+    marks = [facts.watermarks[m].lsn for m in (f"{table}_current", f"{table}_history")
+             if m in facts.watermarks and facts.watermarks[m].lsn]
+    return max(marks) if marks else None
+
+
+def _plan_marts(t: Table, plan: TablePlan, facts: Facts, landed: dict[str, Landed], upper: dict, upper_batch: dict,
+                full: bool, models: dict[str, ModelWindow]) -> None:
+    """Both marts' windows and whether the table applies anything (see the module's docstring).
+    Either both marts are rebuilt from scratch (a full refresh, or one of them does not exist) or
+    each applies the changes above its own watermark."""
+    marks = {m: facts.watermarks.get(m, Watermark()) for m in t.marts}
+    rebuild = full or any(m not in facts.relations for m in t.marts)
+    evolve = any(marks[m].declaration != t.digest for m in t.marts)
+    top = upper[t.channel]
+    if t.channel == "change_tables":
+        snapshot, reconcile = _snapshot(t, facts, top, marks, rebuild)
+        plan.latest_snapshot = max((s.lsn for s in facts.snapshots if s.table == t.name and top and s.lsn <= top), default=None)
+        for m in t.marts:
+            lower = "" if rebuild else (marks[m].lsn or "")
+            models[m] = ModelWindow("mart", t.name, full=rebuild, lower_lsn=snapshot or lower, upper_lsn=top,
+                                    snapshot_lsn=snapshot, reconcile=reconcile, evolve=evolve and not rebuild)
+        newest = max((landed[s].lsn for s in t.sources if s in landed and landed[s].lsn), default=None)
+        lowest = min(models[m].lower_lsn for m in t.marts)
+        plan.apply = rebuild or snapshot is not None or bool(top and lowest < top and newest and newest > lowest)
+        if not rebuild and lowest and top and lowest < top:
+            # checked whenever the marts would move, changes landed or not: cleanup may have
+            # removed changes that were never exported
+            plan.gap = _gap(t, lowest, facts.instance_min_lsn)
+            plan.apply = plan.apply and plan.gap is None
+        return
+    top_batch = upper_batch[t.channel]
+    for m in t.marts:
+        models[m] = ModelWindow("mart", t.name, full=rebuild, upper_lsn=top, upper_batch=top_batch,
+                                lower_lsn="" if rebuild else (marks[m].lsn or ""),
+                                lower_batch="" if rebuild else (marks[m].batch or ""), evolve=evolve and not rebuild)
+    newest = max((landed[s].batch for s in t.sources if s in landed), default=None)
+    lowest = min(models[m].lower_batch for m in t.marts)
+    plan.apply = rebuild or bool(top and newest and newest > lowest)
+
+
+def _snapshot(t: Table, facts: Facts, top: str | None, marks: dict[str, Watermark], rebuild: bool) -> tuple[str | None, bool]:
+    """The snapshot that starts a change-table table's window, and whether it reconciles the marts
+    (docs/landing.md "Snapshots"): on a rebuild the newest snapshot at or below the bound is the
+    starting state; otherwise the newest one above both marts' watermarks reconciles what they
+    hold (what is below it is never read)."""
+    below = sorted(s.lsn for s in facts.snapshots if s.table == t.name and top and s.lsn <= top)
+    if not below:
+        return None, False
+    if rebuild:
+        return below[-1], False
+    higher = max((marks[m].lsn or "" for m in t.marts), default="")
+    return (below[-1], True) if all(marks[m].lsn for m in t.marts) and below[-1] > higher else (None, False)
+
+
+def _gap(t: Table, lower: str, min_lsn: dict[str, str]) -> str | None:
+    """Why a change-table table cannot apply its window: cleanup already removed changes above
+    its marts' watermark from every capture instance (the earliest LSN any of them still holds
+    is beyond the next one needed)."""
+    lows = [min_lsn[i] for i, _ in t.instances if min_lsn.get(i)]
+    if len(lows) < len(t.instances) or not lows:
+        return None
+    available, needed = min(lows), lsn_increment(lower)
+    if needed is None or needed >= available:
+        return None
+    names = " / ".join(i for i, _ in t.instances)
+    removed = lsn_decrement(available)
+    return (f"gap detected for tracked table {t.name}: its marts need changes from LSN {needed} but capture instance "
+            f"{names} now starts at {available}; changes {needed} to {removed} were removed by cleanup before they were "
+            f"processed. Land a snapshot of {t.name} taken at or after LSN {removed} (docs/landing.md \"Snapshots\"): it "
+            "reconciles the marts and keeps their history")
+
+
+def _advances(t: Table, plan: TablePlan, facts: Facts, upper: dict, upper_batch: dict) -> bool:
+    """Whether a table with nothing to apply still moves its marts' watermarks to the bound."""
+    return any(_moved(facts.watermarks.get(m, Watermark()), t.channel, upper, upper_batch) for m in t.marts) \
+        and not plan.apply and plan.gap is None
+
+
+def _moved(mark: Watermark, channel: str, upper: dict, upper_batch: dict) -> bool:
+    top = upper[channel]
+    if top and (mark.lsn or "") < top:
+        return True
+    return channel in EVENT_CHANNELS and bool(upper_batch[channel]) and (mark.batch or "") < upper_batch[channel]
+
+
+# ---- after the build ----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class NodeResult:
+    """One node of dbt's run results: name (a model's, or the test's), resource type, status
+    (success, error, fail, pass, warn, skipped), the models it depends on and the first line of
+    its message."""
+
+    name: str
+    resource_type: str
+    status: str
+    depends_on: tuple[str, ...] = ()
+    message: str = ""
+
+
+@dataclass
+class Outcome:
+    status: str  # succeeded | failed | nothing_to_do
+    watermarks: dict[str, Watermark]  # every model's, after the run
+    advanced: dict[str, bool]  # per mart: at its window's bound after the run (not held back by a failure)
+    failed: list[str]  # "<type> <name>: <status>[ - reason]", gaps included
+    built: set[str] = field(default_factory=set)  # the models that built successfully
+
+
+def advance(plan: Plan, facts: Facts, results: list[NodeResult]) -> Outcome:
+    """The watermarks after the build and the run's status. A staging model that built records
+    this run's batch. A mart that built, and no test of which failed, records its window's bound;
+    a mart the plan left out because its table had nothing in the window moves to the bound too
+    (unless the user's --select chose what to build); anything else keeps its watermark, so the
+    next run applies the same changes again (the marts are idempotent over a window). A table
+    stopped at a gap fails the run."""
+    built = {r.name: r for r in results if r.resource_type in ("model", "seed")}
+    failed = [f"{r.resource_type} {r.name}: {r.status}" + (f" - {r.message}" if r.message else "")
+              for r in results if r.status in ("error", "fail")]
+    blocked = {m for r in results if r.resource_type == "test" and r.status in ("error", "fail") for m in r.depends_on}
+    marks = dict(facts.watermarks)
+    advanced: dict[str, bool] = {}
+    by_table = {t.name: t for t in facts.tables}
+    for model, window in plan.models.items():
+        result = built.get(model)
+        ok = result is not None and result.status == "success"
+        if window.kind == "staging":
+            if ok:
+                table = by_table.get(window.table)
+                marks[model] = Watermark(batch=plan.run_id, declaration=table.digest if table else None)
+            continue
+        t = by_table[window.table]
+        tp = plan.tables[t.name]
+        old = marks.get(model, Watermark())
+        if ok and model not in blocked:
+            declaration = t.digest
+        elif result is None and not plan.select and not tp.apply and tp.gap is None and not window.full:
+            # nothing in its window: at the bound once its watermark is
+            advanced[model] = True
+            if not _moved(old, t.channel, plan.upper_lsn, plan.upper_batch):
+                continue
+            declaration = old.declaration
+        else:
+            advanced[model] = False
+            continue
+        if window.full:  # rebuilt from scratch: it holds exactly what its window reached
+            marks[model] = Watermark(window.upper_lsn, window.upper_batch, declaration)
+        else:
+            marks[model] = Watermark(_max(old.lsn, window.upper_lsn), _max(old.batch, window.upper_batch), declaration)
+        advanced[model] = True
+    for view in VIEWS:
+        if built.get(view) is not None and built[view].status == "success":
+            marks[view] = Watermark(batch=plan.run_id, declaration=plan.views_digest)
+    failed += [f"table {name}: {tp.gap}" for name, tp in sorted(plan.tables.items()) if tp.gap]
+    status = "nothing_to_do" if plan.status == "nothing_to_do" else ("failed" if failed else "succeeded")
+    return Outcome(status=status, watermarks=marks, advanced=advanced, failed=failed,
+                   built={name for name, r in built.items() if r.status == "success"})
+
+
+# ---- reading the facts -------------------------------------------------------------------------
+
+def _previous(row: dict, landed) -> PreviousRun:
+    """The previous run's ledger row. A row of an earlier release has no landed_through: its
+    channels' high-water marks stand in for it."""
+    through = landed(row.get("landed"))
+    if not through:
+        lsns, batches = row.get("landed_lsn") or {}, row.get("upper_batch") or {}
+        old = {"cdc_metadata/lsn_time_mapping": "change_tables", "ces": "ces", "debezium": "debezium"}
+        through = {key: Landed(lsns.get(channel), batches.get(channel) or "") for key, channel in old.items()
+                   if lsns.get(channel)}
+    return PreviousRun(row["run_id"], through, dict(row.get("exported_lsn") or {}), row.get("manifests_from") or "",
+                       dict(row.get("tables") or {}), dict(row.get("streams") or {}))
+
+
+def facts_from_report(report: dict) -> Facts:
+    """Facts from what the macro begin_run reports (JSON)."""
+
+    def landed(d: dict | None) -> dict[str, Landed]:
+        return {k: Landed(v.get("lsn"), v.get("batch") or "", v.get("min_lsn")) for k, v in (d or {}).items()
+                if v and (v.get("batch") or v.get("lsn"))}
+
+    previous = report.get("previous")
+    return Facts(
+        run_id=report["run_id"],
+        tables=tuple(Table(t["name"], t["channel"], tuple((i["name"].lower(), bool(i.get("dropped"))) for i in t["instances"]),
+                           t.get("digest", "")) for t in report["tables"]),
+        previous=_previous(previous, landed) if previous else None,
+        landed_now={k: int(v) for k, v in (report.get("landed_now") or {}).items()},
+        arrived=landed(report.get("arrived")),
+        ces_unrouted=report.get("ces_unrouted"),
+        debezium_snapshot_end=report.get("debezium_snapshot_end"),
+        manifests=tuple(Manifest(m["instance"].lower(), m.get("after_lsn"), m["through_lsn"], m["batch"])
+                        for m in report.get("manifests") or []),
+        snapshots=tuple(Snapshot(s["table"].lower(), s["lsn"], s["batch"]) for s in report.get("snapshots") or []),
+        watermarks={k: Watermark(v.get("lsn"), v.get("batch"), v.get("declaration"))
+                    for k, v in (report.get("watermarks") or {}).items()},
+        relations=frozenset(r.lower() for r in report.get("relations") or []),
+        instance_min_lsn={k.lower(): v for k, v in (report.get("instance_min_lsn") or {}).items() if v},
+        views_digest=report.get("views_digest", ""),
+        seeds_missing=bool(report.get("seeds_missing")),
+        refused=tuple(report.get("refused") or ()),
+        waiting=tuple(report.get("waiting") or ()),
+    )

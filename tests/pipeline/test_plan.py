@@ -1,0 +1,319 @@
+"""runner/plan.py without Spark: every rule a run's plan decides (bounds per channel, the export
+cut, lagging and dropped capture instances, snapshots, gaps, what to build, nothing to do, event
+routing, Kafka-landed events) and how the watermarks move after the build."""
+
+from __future__ import annotations
+
+import pytest
+
+from runner.plan import (
+    Facts,
+    Landed,
+    Manifest,
+    NodeResult,
+    Options,
+    PreviousRun,
+    Snapshot,
+    Table,
+    Watermark,
+    advance,
+    export_cut,
+    facts_from_report,
+    lsn_increment,
+    plan_run,
+)
+
+CUSTOMERS = Table("customers", "change_tables", (("dbo_customers", False),), "d1")
+ORDERS = Table("orders", "change_tables", (("dbo_orders", False),), "d2")
+EMPLOYEES = Table("employees", "ces", (), "d3")
+PRODUCTS = Table("products", "debezium", (), "d4")
+ALL = (CUSTOMERS, ORDERS, EMPLOYEES, PRODUCTS)
+SHARED = ("stg_cdc_metadata__lsn_time_mapping", "stg_cdc_metadata__change_tables", "stg_cdc_metadata__captured_columns",
+          "stg_ces__events", "stg_debezium__events", "cdc_quarantine", "cdc_operations", "sqlserver_types")
+
+
+def lsn(n: int) -> str:
+    return f"{0x2C_00000300_0000 + n:020X}"
+
+
+def relations(*tables: Table) -> frozenset[str]:
+    return frozenset(SHARED) | {m for t in tables for m in (t.staging, *t.marts)}
+
+
+def settled(*tables: Table, upper: int = 10, batch: str = "b1") -> dict[str, Watermark]:
+    """The watermarks after a successful run that took every table to `upper` in batch `batch`."""
+    marks = {m: Watermark(batch=batch) for m in SHARED[:5]}
+    marks["cdc_quarantine"] = Watermark(batch=batch, declaration="v")
+    for t in tables:
+        marks[t.staging] = Watermark(batch=batch)
+        for m in t.marts:
+            marks[m] = Watermark(lsn(upper), batch if t.channel != "change_tables" else None, t.digest)
+    return marks
+
+
+def previous(upper: int = 10, batch: str = "b1", **kw) -> PreviousRun:
+    landed = {"cdc_metadata/lsn_time_mapping": Landed(lsn(upper), batch), "ces": Landed(lsn(upper), batch),
+              "debezium": Landed(lsn(upper), batch)}
+    return PreviousRun(batch, {**landed, **kw.pop("landed", {})}, **kw)
+
+
+def facts(run_id: str = "b2", tables=ALL, **kw) -> Facts:
+    kw.setdefault("relations", relations(*tables))
+    kw.setdefault("watermarks", settled(*tables))
+    kw.setdefault("previous", previous())
+    kw.setdefault("views_digest", "v")
+    return Facts(run_id=run_id, tables=tuple(tables), **kw)
+
+
+def arrived(**sources: tuple[int, int]) -> dict[str, Landed]:
+    """Arrivals keyed like Facts.arrived ('__' for '/', '_at_' for ':'), each (min, max) LSN, batch b2."""
+    out = {}
+    for key, (low, high) in sources.items():
+        out[key.replace("__", "/").replace("_at_", ":")] = Landed(lsn(high), "b2", lsn(low))
+    return out
+
+
+def test_first_run_builds_everything_up_to_what_landed():
+    f = facts("b1", previous=None, watermarks={}, relations=frozenset(), seeds_missing=True,
+              arrived=arrived(cdc_metadata__lsn_time_mapping=(1, 10), change_tables__dbo_customers=(1, 9), ces=(2, 8),
+                              ces_at_employees=(2, 8), debezium=(1, 7), debezium_at_products=(1, 7)))
+    p = plan_run(f)
+    assert p.status == "build" and p.build_seeds
+    assert p.upper_lsn == {"change_tables": lsn(10), "ces": lsn(8), "debezium": lsn(7)}
+    assert p.upper_batch == {"ces": "b2", "debezium": "b2"}
+    assert set(p.build) == {m for t in ALL for m in (t.staging, *t.marts)} | set(SHARED[:6])
+    assert all(p.models[m].full for t in ALL for m in t.marts)
+    assert p.models["customers_history"].lower_lsn == "" and p.models["customers_history"].upper_lsn == lsn(10)
+
+
+def test_a_batch_on_one_table_builds_that_table_only_and_the_others_move_to_the_bound():
+    f = facts(arrived=arrived(cdc_metadata__lsn_time_mapping=(11, 20), change_tables__dbo_customers=(12, 19)))
+    p = plan_run(f)
+    assert p.upper_lsn["change_tables"] == lsn(20)
+    assert p.tables["customers"].apply and p.tables["customers"].stage
+    assert not p.tables["orders"].apply and not p.tables["orders"].stage
+    assert not p.tables["employees"].apply and not p.tables["products"].apply
+    assert sorted(p.build) == ["customers_current", "customers_history", "stg_cdc_metadata__lsn_time_mapping",
+                               "stg_change_tables__customers"]
+    window = p.models["customers_current"]
+    assert (window.lower_lsn, window.upper_lsn, window.full, window.evolve) == (lsn(10), lsn(20), False, False)
+    # the staging window: the batches after the last one it took in, and the LSN range its checks read
+    staging = p.models["stg_change_tables__customers"]
+    assert (staging.from_batch, staging.through_batch, staging.lower_lsn, staging.upper_lsn) == ("b1", "b2", lsn(12), lsn(19))
+    results = [NodeResult(m, "model", "success") for m in p.build] + [
+        NodeResult("tracked_table_checks_customers", "test", "pass", ("stg_change_tables__customers", *CUSTOMERS.marts))]
+    out = advance(p, f, results)
+    assert out.status == "succeeded" and out.failed == []
+    assert out.watermarks["customers_current"] == Watermark(lsn(20), None, "d1")
+    assert out.watermarks["orders_current"] == Watermark(lsn(20), None, "d2")  # moved without a build
+    assert out.watermarks["stg_change_tables__customers"].batch == "b2"
+    assert out.watermarks["stg_change_tables__orders"].batch == "b1"
+    assert out.watermarks["employees_current"] == Watermark(lsn(10), "b1", "d3")  # its channel's bound did not move
+    assert out.advanced["orders_current"] and out.advanced["customers_history"]
+    assert out.built == set(p.build)
+
+
+def test_a_failed_check_holds_its_tables_marts_and_the_next_run_applies_them_again():
+    f = facts(arrived=arrived(cdc_metadata__lsn_time_mapping=(11, 20), change_tables__dbo_customers=(12, 19)))
+    p = plan_run(f)
+    results = [NodeResult(m, "model", "success") for m in p.build] + [
+        NodeResult("checks", "test", "fail", ("stg_change_tables__customers", *CUSTOMERS.marts), "Got 1 result")]
+    out = advance(p, f, results)
+    assert out.status == "failed" and out.failed == ["test checks: fail - Got 1 result"]
+    assert out.watermarks["customers_current"] == Watermark(lsn(10), None, "d1")
+    assert out.watermarks["stg_change_tables__customers"].batch == "b2"  # staged: not staged twice
+    assert not out.advanced["customers_current"] and out.advanced["orders_current"]
+    # the next run: nothing new landed, but customers is behind its bound: applied again
+    landed = {**previous().landed, "cdc_metadata/lsn_time_mapping": Landed(lsn(20), "b2"),
+              "change_tables/dbo_customers": Landed(lsn(19), "b2")}
+    nxt = plan_run(facts("b3", watermarks=out.watermarks, previous=PreviousRun("b2", landed)))
+    assert nxt.tables["customers"].apply and not nxt.tables["customers"].stage
+    assert nxt.build == ["customers_history", "customers_current"]
+
+
+def test_a_staging_model_left_behind_by_a_failed_run_is_built_again():
+    landed = {**previous().landed, "cdc_metadata/lsn_time_mapping": Landed(lsn(20), "b2"),
+              "change_tables/dbo_orders": Landed(lsn(15), "b2")}
+    f = facts("b3", previous=PreviousRun("b2", landed))
+    p = plan_run(f)
+    assert p.tables["orders"].stage and p.tables["orders"].apply
+    assert p.models["stg_change_tables__orders"].from_batch == "b1"
+
+
+def test_upper_lsn_option_caps_every_channel_and_watermarks_never_go_back():
+    f = facts(arrived=arrived(cdc_metadata__lsn_time_mapping=(11, 20), change_tables__dbo_customers=(12, 19)))
+    p = plan_run(f, Options(upper_lsn=lsn(15)))
+    assert p.upper_lsn == {"change_tables": lsn(15), "ces": lsn(15), "debezium": lsn(15)}
+    assert p.tables["customers"].apply
+    below = plan_run(f, Options(upper_lsn=lsn(5)))
+    assert not below.tables["customers"].apply
+    out = advance(below, f, [NodeResult(m, "model", "success") for m in below.build])
+    assert out.watermarks["customers_current"].lsn == lsn(10)
+
+
+def test_export_cut_follows_the_chain_of_manifests_and_the_laggard_holds_it():
+    tables = (CUSTOMERS, ORDERS)
+    manifests = (Manifest("dbo_customers", None, lsn(10), "b1"), Manifest("dbo_customers", lsn(10), lsn(20), "b2"),
+                 Manifest("dbo_orders", None, lsn(12), "b2"))
+    cut = export_cut(tables, manifests, {}, lsn(25), False)
+    assert cut.exported == {"dbo_customers": lsn(20), "dbo_orders": lsn(12)}
+    assert cut.cut == lsn(12)
+    assert cut.held_back == {"table": "orders", "capture_instance": "dbo_orders", "exported_lsn": lsn(12),
+                             "captured_lsn": lsn(25)}
+    assert cut.gaps == [] and cut.manifests_from == "" and cut.without_manifest == []
+    # an export landing before the one it follows: a gap, the chain stops below it
+    gap = export_cut(tables, (Manifest("dbo_orders", lsn(20), lsn(30), "b3"),), cut.exported, lsn(35), False)
+    assert gap.exported["dbo_orders"] == lsn(12) and gap.cut == lsn(12)
+    assert gap.gaps == [f"dbo_orders: exported through 0x{lsn(12)}, the next landed export starts after 0x{lsn(20)}"]
+    assert gap.manifests_from == "b3"
+    closed = export_cut(tables, (Manifest("dbo_orders", lsn(20), lsn(30), "b3"), Manifest("dbo_orders", lsn(12), lsn(20), "b4")),
+                        gap.exported, lsn(35), False)
+    assert closed.exported["dbo_orders"] == lsn(30) and closed.cut == lsn(20) and closed.gaps == []
+
+
+def test_without_manifests_a_table_follows_the_mapping_unless_they_are_required():
+    optional = export_cut((CUSTOMERS, ORDERS), (Manifest("dbo_customers", None, lsn(10), "b1"),), {}, lsn(20), False)
+    assert optional.cut == lsn(10) and optional.without_manifest == ["dbo_orders"]
+    required = export_cut((CUSTOMERS, ORDERS), (Manifest("dbo_customers", None, lsn(10), "b1"),), {}, lsn(20), True)
+    assert required.cut == "" and required.held_back["table"] == "orders"
+    # required and nothing exported yet: no change-table mart takes anything
+    f = facts(arrived=arrived(cdc_metadata__lsn_time_mapping=(11, 20), change_tables__dbo_customers=(12, 19)))
+    p = plan_run(f, Options(manifests_required=True))
+    assert p.upper_lsn["change_tables"] is None and not p.tables["customers"].apply
+    assert p.upper_lsn["ces"] == lsn(10)
+
+
+def test_a_dropped_capture_instance_stops_holding_the_cut():
+    members = Table("members", "change_tables", (("dbo_members_v1", True), ("dbo_members_v2", False)), "d5")
+    exported = {"dbo_members_v1": lsn(8), "dbo_members_v2": lsn(20)}
+    assert export_cut((members,), (), exported, lsn(25), False).cut == lsn(20)
+    # while both run side by side (neither dropped), the one reaching less holds it
+    both = Table("members", "change_tables", (("dbo_members_v1", False), ("dbo_members_v2", False)), "d5")
+    cut = export_cut((both,), (), exported, lsn(25), False)
+    assert cut.cut == lsn(8) and cut.held_back["capture_instance"] == "dbo_members_v1"
+    # only the dropped one has manifests: its reach
+    assert export_cut((members,), (), {"dbo_members_v1": lsn(8)}, lsn(25), False).cut == lsn(8)
+    # its staging takes in both instances' folders
+    assert members.sources == ["change_tables/dbo_members_v1", "change_tables/dbo_members_v2", "snapshots/members"]
+
+
+def test_a_snapshot_above_both_watermarks_reconciles_and_a_stale_one_is_named():
+    snap = Snapshot("customers", lsn(15), "b2")
+    f = facts(arrived=arrived(cdc_metadata__lsn_time_mapping=(11, 20), snapshots__customers=(0, 0)), snapshots=(snap,))
+    p = plan_run(f)
+    w = p.models["customers_history"]
+    assert p.tables["customers"].apply and (w.snapshot_lsn, w.reconcile, w.lower_lsn) == (lsn(15), True, lsn(15))
+    assert p.stale_snapshots == []
+    stale = plan_run(facts(arrived=arrived(snapshots__customers=(0, 0)), snapshots=(Snapshot("customers", lsn(5), "b2"),)))
+    assert stale.stale_snapshots == [(f"customers: the snapshot at 0x{lsn(5)} is at or below its marts' watermark "
+                                      f"0x{lsn(10)}, so it is never applied; land one taken later")]
+    assert stale.models["customers_history"].snapshot_lsn is None
+    # a rebuild starts from the newest snapshot at or below the bound, without reconciling
+    rebuilt = plan_run(f, Options(full_refresh=True))
+    w = rebuilt.models["customers_current"]
+    assert (w.full, w.snapshot_lsn, w.reconcile, w.lower_lsn) == (True, lsn(15), False, lsn(15))
+    assert rebuilt.tables["customers"].latest_snapshot == lsn(15)
+
+
+def test_cleanup_beyond_the_watermark_stops_the_table_with_the_remedy_and_the_others_go_on():
+    f = facts(arrived=arrived(cdc_metadata__lsn_time_mapping=(11, 20), change_tables__dbo_customers=(14, 19),
+                              change_tables__dbo_orders=(12, 19)),
+              instance_min_lsn={"dbo_customers": lsn(14), "dbo_orders": lsn(11)})
+    p = plan_run(f)
+    assert not p.tables["customers"].apply and p.tables["orders"].apply
+    assert p.tables["customers"].gap.startswith(f"gap detected for tracked table customers: its marts need changes from "
+                                                f"LSN {lsn(11)} but capture instance dbo_customers now starts at {lsn(14)}")
+    assert "Land a snapshot of customers taken at or after LSN " + lsn(13) in p.tables["customers"].gap
+    out = advance(p, f, [NodeResult(m, "model", "success") for m in p.build])
+    assert out.status == "failed" and out.failed[0].startswith("table customers: gap detected")
+    assert out.watermarks["customers_current"].lsn == lsn(10) and out.watermarks["orders_current"].lsn == lsn(20)
+    # a snapshot taken after the cleanup starts the window: no gap
+    fixed = plan_run(facts(arrived=arrived(cdc_metadata__lsn_time_mapping=(11, 20), change_tables__dbo_customers=(14, 19)),
+                           instance_min_lsn={"dbo_customers": lsn(14)}, snapshots=(Snapshot("customers", lsn(13), "b2"),)))
+    assert fixed.tables["customers"].apply and fixed.tables["customers"].gap is None
+    assert lsn_increment("FFFFFFFFFFFFFFFFFFFF") is None and lsn_increment(lsn(1)) == lsn(2)
+
+
+def test_nothing_landed_and_every_mart_at_its_bound_is_nothing_to_do():
+    p = plan_run(facts())
+    assert p.status == "nothing_to_do" and p.build == []
+    assert advance(p, facts(), []).status == "nothing_to_do"
+    # a full refresh, a selection or a missing seed always build
+    assert plan_run(facts(), Options(full_refresh=True)).status == "build"
+    assert plan_run(facts(), Options(select=("customers_current",))).status == "build"
+    assert plan_run(facts(seeds_missing=True)).build_seeds
+    # a missing relation is built (the marts of a table declared since: from scratch)
+    added = plan_run(facts(relations=relations(CUSTOMERS, ORDERS, EMPLOYEES)))
+    assert set(added.build) == {"stg_debezium__products", "products_history", "products_current"}
+    assert added.models["products_current"].full
+
+
+def test_event_tables_build_when_their_events_arrive_and_segments_count_for_every_ces_table():
+    other = Table("departments", "ces", (), "d6")
+    tables = (*ALL, other)
+    f = facts(tables=tables, arrived=arrived(ces=(11, 20), ces_at_employees=(11, 20)))
+    p = plan_run(f)
+    assert p.upper_lsn["ces"] == lsn(20) and p.upper_batch["ces"] == "b2"
+    assert p.tables["employees"].apply and not p.tables["departments"].apply
+    w = p.models["employees_history"]
+    assert (w.lower_lsn, w.lower_batch, w.upper_lsn, w.upper_batch) == (lsn(10), "b1", lsn(20), "b2")
+    assert "stg_ces__events" in p.build and "stg_ces__employees" in p.build
+    # a late event (below the watermark) is applied too: its batch is new
+    late = plan_run(facts(tables=tables, arrived={"ces": Landed(lsn(5), "b2", lsn(5)), "ces:employees": Landed(lsn(5), "b2", lsn(5))}))
+    assert late.tables["employees"].apply and late.upper_lsn["ces"] == lsn(10)
+    # a segment of a split message routes nowhere yet: every CES table may gain events
+    split = plan_run(facts(tables=tables, arrived=arrived(ces=(11, 20)), ces_unrouted="b2"))
+    assert split.tables["employees"].apply and split.tables["departments"].apply
+    # the end of a Debezium snapshot completes it for every Debezium table
+    ended = plan_run(facts(arrived=arrived(debezium=(11, 20)), debezium_snapshot_end="b2"))
+    assert ended.tables["products"].apply
+    out = advance(split, facts(tables=tables), [NodeResult(m, "model", "success") for m in split.build])
+    assert out.watermarks["employees_current"] == Watermark(lsn(20), "b2", "d3")
+
+
+def test_kafka_landed_events_plan_as_file_lines_and_offsets_rows_count_for_nothing():
+    """Kafka sources land records as the channel's lines (begin_run leaves their offsets rows out
+    of what landed): the report of a run that read two CES records from Kafka."""
+    report = {"run_id": "b2", "tables": [{"name": "employees", "channel": "ces", "instances": [], "digest": "d3"}],
+              "previous": {"run_id": "b1", "landed": {"ces": {"lsn": lsn(10), "batch": "b1"}}},
+              "landed_now": {"ces/orders-topic": 2}, "arrived": {"ces": {"lsn": lsn(12), "min_lsn": lsn(11), "batch": "b2"},
+                                                              "ces:employees": {"lsn": lsn(12), "min_lsn": lsn(11), "batch": "b2"}},
+              "watermarks": {"employees_current": {"lsn": lsn(10), "batch": "b1", "declaration": "d3"},
+                             "employees_history": {"lsn": lsn(10), "batch": "b1", "declaration": "d3"},
+                             "stg_ces__employees": {"batch": "b1"}, "stg_ces__events": {"batch": "b1"}},
+              "relations": ["stg_ces__employees", "employees_current", "employees_history", "stg_ces__events",
+                            "cdc_quarantine", "stg_cdc_metadata__lsn_time_mapping", "stg_cdc_metadata__change_tables",
+                            "stg_cdc_metadata__captured_columns"]}
+    f = facts_from_report(report)
+    p = plan_run(f)
+    assert f.landed_now == {"ces/orders-topic": 2}
+    assert p.tables["employees"].apply and p.upper_lsn["ces"] == lsn(12)
+    assert "stg_ces__events" in p.build
+
+
+def test_a_changed_declaration_evolves_the_marts_and_a_selection_moves_only_what_it_built():
+    marks = settled(*ALL)
+    marks["customers_history"] = Watermark(lsn(10), None, "old")
+    f = facts(watermarks=marks, arrived=arrived(cdc_metadata__lsn_time_mapping=(11, 20), change_tables__dbo_customers=(12, 19)))
+    p = plan_run(f)
+    assert p.models["customers_history"].evolve and p.models["customers_current"].evolve
+    chosen = plan_run(f, Options(select=("customers_history",)))
+    out = advance(chosen, f, [NodeResult("customers_history", "model", "success")])
+    assert out.watermarks["customers_history"].lsn == lsn(20) and out.watermarks["customers_current"].lsn == lsn(10)
+    assert out.watermarks["orders_current"].lsn == lsn(10)  # not chosen: not moved
+
+
+def test_a_full_refresh_records_exactly_its_bound():
+    f = facts(watermarks=settled(*ALL, upper=30))
+    p = plan_run(f, Options(full_refresh=True, upper_lsn=lsn(20)))
+    assert p.checks == "all" and all(p.models[m].full for m in ("customers_current", "stg_ces__events"))
+    out = advance(p, f, [NodeResult(m, "model", "success") for m in p.models])
+    assert out.watermarks["customers_current"].lsn == lsn(20)
+
+
+@pytest.mark.parametrize("key,expected", [("cdc_metadata/captured_columns", "stg_cdc_metadata__captured_columns"),
+                                          ("cdc_metadata/change_tables", "stg_cdc_metadata__change_tables"),
+                                          ("debezium", "stg_debezium__events")])
+def test_shared_staging_builds_when_its_sources_land(key, expected):
+    p = plan_run(facts(arrived={key: Landed(None, "b2")}))
+    assert expected in p.build
