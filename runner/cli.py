@@ -69,8 +69,10 @@ def _batch_id() -> str:
 
 def run_pipeline(project_dir: Path, target, landing_dir: Path, *, select: list[str] = (),
                  full_refresh: bool = False, upper_lsn: str | None = None, strict: bool = False,
-                 progress=None, kafka_sources: list | None = None, accept_kafka_gap: list[str] = ()) -> list[dict]:
-    """Lands, plans, builds and reports one run; returns the summary rows (one per tracked table).
+                 progress=None, kafka_sources: list | None = None, accept_kafka_gap: list[str] = (),
+                 nodes: list | None = None) -> list[dict]:
+    """Lands, plans, builds and reports one run; returns the summary rows (one per tracked table)
+    and adds the build's node results (runner.plan.NodeResult) to `nodes` when given.
     Three dbt invocations on one parse of the project (docs/operations.md "The runner"): `run-operation
     begin_run` lands the new files and reports the facts the run is planned from; runner/plan.py
     decides the windows and what to build; `dbt build` builds only that (the plan reaches the
@@ -125,6 +127,8 @@ def run_pipeline(project_dir: Path, target, landing_dir: Path, *, select: list[s
         plain = bool(select or full_refresh or the_plan.build_seeds or set(the_plan.build) & set(plan.VIEWS))
         results = dbt.build(selection, full_refresh, exclude=exclude, run_vars={"cdc_plan": the_plan.var()},
                             populate_cache=plain)
+    if nodes is not None:
+        nodes.extend(results)
     outcome = plan.advance(the_plan, facts, results)
     finished = dbt.operation("sqlserver_cdc.finish_run", _finish_args(the_plan, facts, outcome, started_at, stopped)
                              ).get("finish_run")

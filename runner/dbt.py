@@ -89,10 +89,13 @@ class Dbt:
             command += ["--exclude", *exclude]
         if full_refresh:
             command.append("--full-refresh")
-        result = self.invoke(command, run_vars=run_vars, flags=[] if populate_cache else ["--no-populate-cache"])
+        statements: dict[str, list[float]] = {}
+        result = self.invoke(command, run_vars=run_vars, flags=[] if populate_cache else ["--no-populate-cache"],
+                             callbacks=[lambda event: _count_statements(event, statements)])
         nodes = [NodeResult(name=r.node.name, resource_type=r.node.resource_type, status=str(r.status),
                             depends_on=tuple(n.split(".")[-1] for n in getattr(r.node.depends_on, "nodes", ())),
-                            message=_first_error_line(r.message) if str(r.status) in ("error", "fail") else "")
+                            message=_first_error_line(r.message) if str(r.status) in ("error", "fail") else "",
+                            seconds=float(r.execution_time or 0), statements=tuple(statements.get(r.node.unique_id, ())))
                  for r in (result.result or [])]
         if not result.success and not failures(nodes):
             nodes.append(NodeResult(f"dbt {command[0]}", "command", "error", message="reported failure (see the log above)"))
@@ -139,6 +142,14 @@ def _collect_report(event, reports: dict[str, object]) -> None:
         name, _, payload = message.partition(" ")
         if name.startswith(REPORT_PREFIX) and payload.startswith("{"):
             reports[name[len(REPORT_PREFIX):]] = json.loads(payload)
+
+
+def _count_statements(event, statements: dict[str, list[float]]) -> None:
+    """Per node, the seconds of each SQL statement dbt sent for it (its compile-time queries
+    included): what a test asserts a run stays proportional to, and what the benchmark reports."""
+    if event.info.name == "SQLQueryStatus":
+        node = getattr(getattr(event.data, "node_info", None), "unique_id", "") or ""
+        statements.setdefault(node, []).append(float(event.data.elapsed))
 
 
 def failures(nodes: list[NodeResult]) -> list[str]:

@@ -535,14 +535,16 @@ def _moved(mark: Watermark, channel: str, upper: dict, upper_batch: dict) -> boo
 @dataclass(frozen=True)
 class NodeResult:
     """One node of dbt's run results: name (a model's, or the test's), resource type, status
-    (success, error, fail, pass, warn, skipped), the models it depends on and the first line of
-    its message."""
+    (success, error, fail, pass, warn, skipped), the models it depends on, the first line of its
+    message, its seconds and the seconds of each SQL statement it sent."""
 
     name: str
     resource_type: str
     status: str
     depends_on: tuple[str, ...] = ()
     message: str = ""
+    seconds: float = 0.0
+    statements: tuple[float, ...] = ()
 
 
 @dataclass

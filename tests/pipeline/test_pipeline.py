@@ -200,3 +200,75 @@ def test_batches_build_marts_reading_only_their_batch_a_rerun_changes_nothing_a_
     pipeline.spark.sql(f"insert into {pipeline.schema}.customers_history "
                        f"select * from {pipeline.schema}.customers_history where is_current limit 1")
     assert main(["audit", *project, "--select", "customers_history"]) == 1
+
+
+def test_a_run_builds_only_the_tables_with_changes_and_each_costs_a_fixed_few_statements(spark, tmp_path):
+    """Twelve declared tables (the benchmark's), a first run, then a batch on two of them: dbt's
+    run results hold no node of the ten others, each changed table issued four statements (its
+    staging INSERT, two MERGEs, its check), no scan of an unchanged table's staging or marts ran
+    (Spark's metrics), their watermarks moved to the new bound, and the marts equal the plain
+    PySpark reference."""
+    import os
+    import uuid
+
+    from cdc_tooling.bench import (
+        BenchConfig,
+        bench_project,
+        check_reference,
+        declarations,
+        write_reference,
+        write_workload,
+    )
+    from runner.cli import run_pipeline
+    from runner.profile import load_target
+    from tests.conftest import PROJECT_DIR
+
+    cfg = BenchConfig(tables=12, columns=3, width=12, rows_per_transaction=1, seed=5)
+    tables = declarations(cfg)
+    project = bench_project(PROJECT_DIR, tmp_path / "project", tables)
+    landing = tmp_path / "landing"
+    schema = "m_" + uuid.uuid4().hex[:8]
+    os.environ["SQLSERVER_CDC_SCHEMA"] = schema
+    target = load_target(project, "local")
+    write_workload(spark, landing, tables, 0, 40, 10, cfg, "initial")
+    first: list = []
+    run_pipeline(project, target, landing, progress=report.Progress(stream=io.StringIO()), nodes=first)
+    assert {n.name for n in first if n.resource_type == "model"} >= {f"bench_t{i}_current" for i in range(1, 13)}
+
+    changed = dict(list(tables.items())[:2])
+    write_workload(spark, landing, changed, 40, 50, 10, cfg, "batch")
+    before = last_execution(spark)
+    nodes: list = []
+    output = io.StringIO()
+    os.environ["SQLSERVER_CDC_SCHEMA"] = schema
+    summary = run_pipeline(project, target, landing, progress=report.Progress(stream=output), nodes=nodes)
+    assert "2 table(s) with changes in their window (bench_t1, bench_t2); 10 without" in output.getvalue()
+    ran = {n.name: n for n in nodes}
+    models = sorted(n.name for n in nodes if n.resource_type == "model")
+    assert models == ["bench_t1_current", "bench_t1_history", "bench_t2_current", "bench_t2_history",
+                      "stg_cdc_metadata__lsn_time_mapping", "stg_change_tables__bench_t1", "stg_change_tables__bench_t2"]
+    tests = [n for n in nodes if n.resource_type == "test"]
+    assert sorted(n.name for n in tests if "tracked_table_checks" in n.name) == [
+        "sqlserver_cdc_tracked_table_checks_bench_t1_current_bench_t1",
+        "sqlserver_cdc_tracked_table_checks_bench_t2_current_bench_t2"]
+    for name in ("bench_t1", "bench_t2"):
+        for model in (f"stg_change_tables__{name}", f"{name}_history", f"{name}_current",
+                      f"sqlserver_cdc_tracked_table_checks_{name}_current_{name}"):
+            assert len(ran[model].statements) == 1, (model, ran[model].statements)
+    assert all(n.status in ("success", "pass") for n in nodes), nodes
+    # nothing of an unchanged table was read
+    for i in range(3, 13):
+        for relation in (f"stg_change_tables__bench_t{i}", f"bench_t{i}_current", f"bench_t{i}_history"):
+            assert table_scans(spark, before, relation) == [], relation
+    by_table = {r["tracked_table"]: r for r in summary}
+    assert by_table["bench_t1"]["changes_applied"] == 10 and by_table["bench_t3"]["changes_applied"] == 0
+    upper = _rows(spark, f"select upper_lsn['change_tables'] as u from {schema}.cdc_runs order by run_id desc limit 1")
+    marks = _rows(spark, f"select model_name, watermark_lsn from {schema}.cdc_watermarks where model_name like 'bench_t%'")
+    assert len(marks) == 24 and {m["watermark_lsn"] for m in marks} == {upper[0]["u"]}
+    assert {r["lsn_reached"] for r in summary} == {upper[0]["u"]} and all(r["advanced"] for r in summary)
+    write_reference(spark, landing, tables, tmp_path / "reference")
+    assert check_reference(spark, schema, tmp_path / "reference", tables, report.Progress(stream=io.StringIO()))["equal"]
+
+
+def _rows(spark, sql: str) -> list[dict]:
+    return [r.asDict() for r in spark.sql(sql).collect()]
