@@ -33,6 +33,7 @@ asserted in tests.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import platform
@@ -99,6 +100,7 @@ class BenchConfig:
     many_changes: int = 1000
     many_keys: int = 200
     many_batch: int = 10
+    many_repeats: int = 3
     phases: tuple[str, ...] = ("core", "events", "big", "many", "noop")
 
     def validate(self) -> None:
@@ -112,7 +114,8 @@ class BenchConfig:
             raise UsageError("--columns must be 1..60 (the update mask is built in a 64-bit integer)")
         if not 0 < self.batch_fraction < 1 or self.state_factor < 2:
             raise UsageError("--batch-fraction must be in (0, 1) and --state-factor at least 2")
-        if not 3 <= self.many_tables <= LSN_STEP - 2 or self.many_changes < self.many_keys or self.many_batch < 1:
+        if (not 3 <= self.many_tables <= LSN_STEP - 2 or self.many_changes < self.many_keys or self.many_batch < 1
+                or self.many_repeats < 1):
             raise UsageError(f"--many-tables must be 3..{LSN_STEP - 2} and --many-changes at least --many-keys")
         unknown = set(self.phases) - set(PHASES)
         if unknown or not self.phases:
@@ -717,9 +720,10 @@ def run_bench(cfg: BenchConfig, project_dir: Path, progress=None) -> dict:
 def many_tables_phases(spark, cfg: BenchConfig, project_dir: Path, work: Path, progress) -> list[Phase]:
     """A run's cost against the tables it changes (docs/performance.md): a project declaring
     `many_tables` tables (each `many_changes` changes over `many_keys` keys, one change per
-    table per transaction) and one declaring only two of them, on the same landed history. Timed:
-    a run that finds nothing new, a batch of `many_batch` changes on each of the two tables (in
-    both projects), then such a batch on every table of the large one."""
+    table per transaction) and one declaring only two of them, on the same landed history. Timed,
+    each `many_repeats` times (the phase's time is the median: the machines are noisy): a run that
+    finds nothing new, a batch of `many_batch` changes on each of the two tables (in both
+    projects), then such a batch on every table of the large one."""
     from runner.cli import run_pipeline
     from runner.profile import load_target
 
@@ -732,27 +736,35 @@ def many_tables_phases(spark, cfg: BenchConfig, project_dir: Path, work: Path, p
     progress.step(f"bench: generating {len(tables)} tables x {n:,} changes over {k:,} keys, batches of {b} changes")
     for declared, landing in setups.values():
         write_workload(spark, landing, declared, 0, n, k, many, "initial")
+    written = {"many": n, "two": n}
 
     def run(name: str):
         os.environ["SQLSERVER_CDC_SCHEMA"] = f"bench_{name}"
         landing = setups[name][1]
         target = load_target(projects[name], "local")
-        return lambda: run_pipeline(projects[name], target, landing, progress=report.Progress())
+        run_pipeline(projects[name], target, landing, progress=report.Progress(stream=io.StringIO()))
 
-    def land(name: str, declared: dict, first: int, label: str):
-        return lambda: write_workload(spark, setups[name][1], declared, first, first + b, k, many, label)
+    def timed(label: str, rows: int, name: str, declared: dict | None = None) -> Phase:
+        """The median of many_repeats runs of project `name`, each after landing a new batch of
+        `declared`'s tables (none: nothing new)."""
+        seconds = []
+        for i in range(cfg.many_repeats):
+            if declared:
+                write_workload(spark, setups[name][1], declared, written[name], written[name] + b, k, many,
+                               f"batch_{label.split()[0]}_{written[name]}")
+                written[name] += b
+            seconds.append(_timed(progress, f"{label} ({i + 1} of {cfg.many_repeats})", rows, lambda: run(name)).seconds)
+        return Phase(label, sorted(seconds)[len(seconds) // 2], rows, f"median of {cfg.many_repeats}: "
+                     + ", ".join(f"{s:.1f}" for s in seconds))
 
     total = len(tables)
-    phases = [_timed(progress, f"many: initial load ({total} tables)", total * n, run("many")),
-              _timed(progress, "many: initial load (2 tables)", 2 * n, run("two"))]
-    phases.append(_timed(progress, f"many: no-op ({total} tables)", 0, run("many")))
-    phases.append(_timed(progress, "many: no-op (2 tables)", 0, run("two")))
-    land("many", two, n, "batch_two")()
-    land("two", two, n, "batch_two")()
-    phases.append(_timed(progress, f"many: {b} changes on 2 of {total} tables", 2 * b, run("many")))
-    phases.append(_timed(progress, f"many: {b} changes on 2 of 2 tables", 2 * b, run("two")))
-    land("many", tables, n + b, "batch_all")()
-    phases.append(_timed(progress, f"many: {b} changes on each of {total} tables", total * b, run("many")))
+    phases = [_timed(progress, f"many: initial load ({total} tables)", total * n, lambda: run("many")),
+              _timed(progress, "many: initial load (2 tables)", 2 * n, lambda: run("two"))]
+    phases.append(timed(f"many: no-op ({total} tables)", 0, "many"))
+    phases.append(timed("many: no-op (2 tables)", 0, "two"))
+    phases.append(timed(f"many: {b} changes on 2 of {total} tables", 2 * b, "many", two))
+    phases.append(timed(f"many: {b} changes on 2 of 2 tables", 2 * b, "two", two))
+    phases.append(timed(f"many: {b} changes on each of {total} tables", total * b, "many", tables))
     return phases
 
 

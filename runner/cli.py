@@ -9,6 +9,7 @@ Exit codes: 0 success; 1 a model or test failed (or rows were quarantined with -
 from __future__ import annotations
 
 import argparse
+import time
 import uuid
 from datetime import datetime, timezone
 from pathlib import Path
@@ -96,6 +97,7 @@ def run_pipeline(project_dir: Path, target, landing_dir: Path, *, select: list[s
     else:
         files = landing.files_to_land(landing_dir)
         progress.step(f"landing new files from {landing_dir} (batch {batch_id})")
+    clock = time.monotonic()
     begun = dbt.operation("sqlserver_cdc.begin_run", {
         "files": files, "batch_id": batch_id, "raw_schema": target.raw_schema, "upper_lsn": upper_lsn}).get("begin_run")
     if begun is None:
@@ -104,7 +106,8 @@ def run_pipeline(project_dir: Path, target, landing_dir: Path, *, select: list[s
     the_plan = plan.plan_run(facts, plan.Options(
         upper_lsn=begun.get("upper_lsn"), full_refresh=full_refresh, select=tuple(select),
         manifests_required=bool(begun.get("manifests_required")), stopped=tuple(stopped)))
-    progress.step(f"landed {sum(facts.landed_now.values())} records from {len(facts.landed_now)} folders")
+    progress.step(f"landed {sum(facts.landed_now.values())} records from {len(facts.landed_now)} folders "
+                  f"({time.monotonic() - clock:.1f} s with the plan's facts)")
     for line in report.landing_lines(facts, the_plan):
         progress.step(line)
     for line in report.window_lines(facts, the_plan):
@@ -125,15 +128,20 @@ def run_pipeline(project_dir: Path, target, landing_dir: Path, *, select: list[s
         # dbt's own materializations (seeds, views) look relations up in its cache; the project's
         # (staging, marts) never do, so an incremental run skips listing the schema
         plain = bool(select or full_refresh or the_plan.build_seeds or set(the_plan.build) & set(plan.VIEWS))
+        clock = time.monotonic()
         results = dbt.build(selection, full_refresh, exclude=exclude, run_vars={"cdc_plan": the_plan.var()},
                             populate_cache=plain)
+        progress.step(f"built {sum(1 for r in results if r.resource_type in ('model', 'test', 'seed'))} node(s) in "
+                      f"{time.monotonic() - clock:.1f} s")
     if nodes is not None:
         nodes.extend(results)
     outcome = plan.advance(the_plan, facts, results)
+    clock = time.monotonic()
     finished = dbt.operation("sqlserver_cdc.finish_run", _finish_args(the_plan, facts, outcome, started_at, stopped)
                              ).get("finish_run")
     if finished is None:
         raise InfrastructureError("finish_run reported nothing: is the project's sqlserver_cdc package current?")
+    progress.step(f"recorded the watermarks and the run ledger's row ({time.monotonic() - clock:.1f} s)")
     summary = finished["tables"]
     quarantined = sum(int(r["quarantined"]) for r in summary)
     if the_plan.status != "nothing_to_do":

@@ -129,9 +129,14 @@
 
 {#- The watermark table rewritten with one row per model (one file: reading it stays cheap
     however many runs there were): the latest row of each model, with `watermarks` (the models
-    this run moved) replacing theirs. -#}
+    this run moved) replacing theirs. The new rows are one JSON literal (a statement of many
+    literal rows costs Spark seconds to parse). -#}
 {% macro _rewrite_watermarks(watermarks, run_id) -%}
     {%- set relation = sqlserver_cdc.watermark_relation() -%}
+    {%- set rows = [] -%}
+    {%- for w in watermarks -%}
+        {%- do rows.append({'model_name': w.model, 'watermark_lsn': w.lsn, 'watermark_batch': w.batch, 'declaration': w.declaration}) -%}
+    {%- endfor -%}
     insert overwrite table {{ relation }}
     select model_name, watermark_lsn, invocation_id, recorded_at, watermark_batch, declaration
     from (
@@ -139,57 +144,35 @@
         from (
             select model_name, watermark_lsn, invocation_id, recorded_at, watermark_batch, declaration
             from {{ relation }}
-            where model_name not in ({% for w in watermarks %}{{ sqlserver_cdc._sql_string(w.model) }}{{ ', ' if not loop.last }}{% endfor %})
-            {%- for w in watermarks %}
             union all
-            select {{ sqlserver_cdc._sql_string(w.model) }}, {{ sqlserver_cdc._sql_value(w.lsn, 'string') }},
-                {{ sqlserver_cdc._sql_string(run_id) }}, current_timestamp(), {{ sqlserver_cdc._sql_value(w.batch, 'string') }},
-                {{ sqlserver_cdc._sql_value(w.declaration, 'string') }}
-            {%- endfor %}
+            select model_name, watermark_lsn, {{ sqlserver_cdc._sql_string(run_id) }}, current_timestamp(), watermark_batch, declaration
+            from (select inline(from_json({{ sqlserver_cdc._sql_string(tojson(rows)) }},
+                'array<struct<model_name: string, watermark_lsn: string, watermark_batch: string, declaration: string>>')))
         )
     )
     where _rank = 1
 {%- endmacro %}
 
-{#- The ledger row of a run (see finish_run), as one INSERT of literals. -#}
+{#- The ledger row of a run (see finish_run), as one INSERT of one JSON literal. -#}
 {% macro _ledger_insert(run, summary, streams) -%}
-    {%- set s = sqlserver_cdc._sql_string -%}
-    {%- set v = sqlserver_cdc._sql_value -%}
+    {%- set row = dict(run) -%}
+    {%- do row.update({'tables': summary, 'streams': streams}) -%}
     insert into {{ sqlserver_cdc.ledger_relation() }} (run_id, started_at, ended_at, status, full_refresh, since_run_id, landed,
         landed_lsn, upper_lsn, upper_batch, tables, streams, failed_nodes, exported_lsn, manifests_from, refused,
         landed_through, plan)
     select
-        {{ s(run.run_id) }}, cast({{ s(run.started_at) }} as timestamp), current_timestamp(), {{ s(run.status) }},
-        {{ run.full_refresh | string | lower }}, {{ s(run.since_run_id or '') }},
-        {{ sqlserver_cdc._sql_map(run.landed, 'bigint') }},
-        {{ sqlserver_cdc._sql_map(run.landed_lsn, 'string') }},
-        {{ sqlserver_cdc._sql_map(run.upper_lsn, 'string') }},
-        {{ sqlserver_cdc._sql_map(run.upper_batch, 'string') }},
-        cast(array(
-            {%- for t in summary %}
-            named_struct('tracked_table', {{ s(t.tracked_table) }}, 'rows_landed', {{ v(t.rows_landed, 'bigint') }},
-                'quarantined', {{ v(t.quarantined, 'bigint') }}, 'changes_applied', {{ v(t.changes_applied, 'bigint') }},
-                'lsn_reached', {{ v(t.lsn_reached, 'string') }}, 'advanced', {{ t.advanced | string | lower }},
-                'lag_seconds', {{ v(t.lag_seconds, 'bigint') }}, 'current_rows', {{ v(t.current_rows, 'bigint') }},
-                'history_versions', {{ v(t.history_versions, 'bigint') }}){{ ',' if not loop.last }}
-            {%- endfor %}
-        ) as array<struct<tracked_table: string, rows_landed: bigint, quarantined: bigint, changes_applied: bigint,
-            lsn_reached: string, advanced: boolean, lag_seconds: bigint, current_rows: bigint, history_versions: bigint>>),
-        cast(array(
-            {%- for c in streams %}
-            named_struct('channel', {{ s(c.channel) }}, 'lines_landed', {{ v(c.lines_landed, 'bigint') }},
-                'duplicates', {{ v(c.duplicates, 'bigint') }}, 'pending_messages', {{ v(c.pending_messages, 'bigint') }},
-                'tombstones', {{ v(c.tombstones, 'bigint') }}, 'quarantined', {{ v(c.quarantined, 'bigint') }},
-                'quarantined_total', {{ v(c.quarantined_total, 'bigint') }}){{ ',' if not loop.last }}
-            {%- endfor %}
-        ) as array<struct<channel: string, lines_landed: bigint, duplicates: bigint, pending_messages: bigint,
-            tombstones: bigint, quarantined: bigint, quarantined_total: bigint>>),
-        cast(array({% for f in run.failed_nodes %}{{ s(f) }}{{ ', ' if not loop.last }}{% endfor %}) as array<string>),
-        {{ sqlserver_cdc._sql_map(run.exported_lsn, 'string') }},
-        {{ s(run.manifests_from or '') }},
-        cast(array({% for r in run.refused %}{{ s(r) }}{{ ', ' if not loop.last }}{% endfor %}) as array<string>),
-        {{ sqlserver_cdc._sql_map(run.landed_through, ['lsn', 'batch']) }},
-        {{ s(run.plan) }}
+        r.run_id, cast(r.started_at as timestamp), current_timestamp(), r.status, r.full_refresh, r.since_run_id,
+        r.landed, r.landed_lsn, r.upper_lsn, r.upper_batch, r.tables, r.streams, r.failed_nodes, r.exported_lsn,
+        r.manifests_from, r.refused, r.landed_through, r.plan
+    from (select from_json({{ sqlserver_cdc._sql_string(tojson(row)) }}, 'struct<run_id: string, started_at: string,
+        status: string, full_refresh: boolean, since_run_id: string, landed: map<string, bigint>,
+        landed_lsn: map<string, string>, upper_lsn: map<string, string>, upper_batch: map<string, string>,
+        tables: array<struct<tracked_table: string, rows_landed: bigint, quarantined: bigint, changes_applied: bigint,
+            lsn_reached: string, advanced: boolean, lag_seconds: bigint, current_rows: bigint, history_versions: bigint>>,
+        streams: array<struct<channel: string, lines_landed: bigint, duplicates: bigint, pending_messages: bigint,
+            tombstones: bigint, quarantined: bigint, quarantined_total: bigint>>,
+        failed_nodes: array<string>, exported_lsn: map<string, string>, manifests_from: string, refused: array<string>,
+        landed_through: map<string, struct<lsn: string, batch: string>>, plan: string>') as r)
 {%- endmacro %}
 
 {#- Used by finish_run for each declared event channel (ces, debezium): lines landed in the

@@ -83,25 +83,9 @@
     {{ return(fromjson(value) if value else {}) }}
 {%- endmacro %}
 
-{#- A Spark SQL map literal of `values` (string keys; value_type bigint, string, or a struct of
-    strings given as a list of its fields). -#}
-{% macro _sql_map(values, value_type) -%}
-    {%- if values -%}
-    map({% for k, v in values.items() | sort %}{{ sqlserver_cdc._sql_string(k) }}, {{ sqlserver_cdc._sql_value(v, value_type) }}{{ ', ' if not loop.last }}{% endfor %})
-    {%- else -%}
-    cast(map() as map<string, {{ sqlserver_cdc._sql_type(value_type) }}>)
-    {%- endif -%}
-{%- endmacro %}
-
-{% macro _sql_type(value_type) -%}
-    {%- if value_type is string -%}{{ value_type }}{%- else -%}struct<{% for f in value_type %}{{ f }}: string{{ ', ' if not loop.last }}{% endfor %}>{%- endif -%}
-{%- endmacro %}
-
-{#- A literal of `value` (none: NULL) as `value_type` (see _sql_map). -#}
+{#- A literal of `value` (none: NULL) as `value_type`. -#}
 {% macro _sql_value(value, value_type) -%}
-    {%- if value_type is not string -%}
-    named_struct({% for f in value_type %}'{{ f }}', {{ sqlserver_cdc._sql_value(value.get(f), 'string') }}{{ ', ' if not loop.last }}{% endfor %})
-    {%- elif value is none -%}
+    {%- if value is none -%}
     cast(null as {{ value_type }})
     {%- elif value_type == 'string' -%}
     {{ sqlserver_cdc._sql_string(value) }}

@@ -55,34 +55,53 @@
     {%- set staged_key = {'change_tables': ['capture_instance', 'change_lsn', 'operation_code'] + t.key,
         'ces': ['commit_lsn', 'change_lsn'],
         'debezium': t.key + ['commit_lsn', 'change_lsn', 'command_id', 'operation']}[t.channel] -%}
+    {%- set not_null = ['commit_lsn'] + (['operation'] if t.channel == 'change_tables' else []) -%}
+    {#- one pass and one aggregation per relation: a key's rows, and whether any breaks a rule -#}
     {%- set checks = [] -%}
-    {%- do checks.append(('staging key', sqlserver_cdc.test_primary_key(
-        model='(select * from ' ~ staging ~ ' where ' ~ staged_scope ~ ') as scoped', columns=staged_key,
-        counted_where='quarantine_reason is null', nullable=['capture_instance']))) -%}
-    {%- for column in ['commit_lsn'] + (['operation'] if t.channel == 'change_tables' else []) -%}
-        {%- do checks.append(('staging ' ~ column ~ ' not null', 'select ' ~ column ~ ', _source_file, _batch_id from ' ~ staging
-            ~ ' where quarantine_reason is null and ' ~ column ~ ' is null and ' ~ run_batches)) -%}
-    {%- endfor -%}
-    {%- set current_rows = '(select * from ' ~ current ~ ' where ' ~ current_scope ~ ') as scoped' -%}
-    {%- do checks.append(('current key', sqlserver_cdc.test_primary_key(model=current_rows, columns=t.key))) -%}
-    {%- do checks.append(('current commit_lsn not null', 'select ' ~ t.key | join(', ') ~ ' from ' ~ current_rows ~ ' where commit_lsn is null')) -%}
-    {%- do checks.append(('current operation accepted', 'select ' ~ t.key | join(', ') ~ ', operation from ' ~ current_rows
-        ~ " where operation is not null and operation not in ('insert', 'update', 'delete', 'snapshot')")) -%}
-    {%- do checks.append(('history key', sqlserver_cdc.test_primary_key(
-        model='(select * from ' ~ history ~ ' where ' ~ history_scope ~ ') as scoped', columns=t.key + ['valid_from_lsn']))) -%}
-    {%- if not batch -%}
-        {%- set non_key = sqlserver_cdc._non_key_columns(t) -%}
-        {%- do checks.append(('one current version per key', sqlserver_cdc.test_primary_key(
-            model='(select * from ' ~ history ~ ' where is_current) as current_versions', columns=t.key))) -%}
-        {%- do checks.append(('history contiguous', sqlserver_cdc.test_history_is_contiguous(model=history, key=t.key))) -%}
-        {%- do checks.append(('history current equals current state', sqlserver_cdc.test_equal_rowsets(
+    {%- do checks.append(('staging', staged_key, staging, '(' ~ staged_scope ~ ') or (' ~ run_batches ~ ')', {
+        'key duplicated': "count_if(quarantine_reason is null and (" ~ staged_scope ~ ")) > 1",
+        'key has a NULL part': "count_if(quarantine_reason is null and (" ~ staged_scope ~ ")) > 0 and "
+            ~ sqlserver_cdc._any_null(staged_key | reject('equalto', 'capture_instance') | list),
+        'trusted row without ' ~ not_null | join(' or '): "count_if(quarantine_reason is null and (" ~ run_batches ~ ") and "
+            ~ sqlserver_cdc._any_null(not_null) ~ ") > 0"})) -%}
+    {%- do checks.append(('current state', t.key, current, current_scope, {
+        'key duplicated': 'count(*) > 1',
+        'key has a NULL part': sqlserver_cdc._any_null(t.key),
+        'commit_lsn NULL': 'count_if(commit_lsn is null) > 0',
+        'operation not insert, update, delete or snapshot':
+            "count_if(operation is not null and operation not in ('insert', 'update', 'delete', 'snapshot')) > 0"})) -%}
+    {%- do checks.append(('history', t.key + ['valid_from_lsn'], history, history_scope, {
+        'key and valid_from_lsn duplicated': 'count(*) > 1',
+        'key or valid_from_lsn has a NULL part': sqlserver_cdc._any_null(t.key + ['valid_from_lsn'])})) -%}
+    {%- for relation_name, key, relation, scope, rules in checks %}
+    select concat('{{ relation_name }}: ', concat_ws('; '
+        {%- for label, rule in rules.items() %}, case when {{ rule }} then '{{ label }}' end{% endfor %})) as failed_check,
+        to_json(struct({{ key | join(', ') }}, count(*) as rows)) as detail
+    from {{ relation }}
+    where {{ scope }}
+    group by {{ key | join(', ') }}
+    having {% for rule in rules.values() %}({{ rule }}){{ ' or ' if not loop.last }}{% endfor %}
+    union all
+    {%- endfor %}
+    {%- if not batch %}
+    {%- set audit = [
+        ('history: more than one current version per key', sqlserver_cdc.test_primary_key(
+            model='(select * from ' ~ history ~ ' where is_current) as current_versions', columns=t.key)),
+        ('history: validity ranges not contiguous', sqlserver_cdc.test_history_is_contiguous(model=history, key=t.key)),
+        ("history: current versions differ from the current state", sqlserver_cdc.test_equal_rowsets(
             model='(select * from ' ~ history ~ ' where is_current) as current_versions', compare_model=current,
-            columns=t.columns | map(attribute='name') | list, compare_where='not is_deleted'))) -%}
-    {%- endif -%}
-    {%- for name, query in checks %}
+            columns=t.columns | map(attribute='name') | list, compare_where='not is_deleted'))] %}
+    {%- for name, query in audit %}
     select '{{ name }}' as failed_check, to_json(struct(*)) as detail from (
         {{ query }}
     ) as failing
-    {{ 'union all' if not loop.last }}
+    union all
     {%- endfor %}
+    {%- endif %}
+    select cast(null as string) as failed_check, cast(null as string) as detail where false
+{%- endmacro %}
+
+{#- "(a is null or b is null ...)" over `columns`. -#}
+{% macro _any_null(columns) -%}
+    ({% for c in columns %}{{ c }} is null{{ ' or ' if not loop.last }}{% endfor %})
 {%- endmacro %}
