@@ -95,7 +95,7 @@ def run_pipeline(project_dir: Path, target, landing_dir: Path, *, select: list[s
         files = []
         progress.step(f"no landing folder {landing_dir}: no files to land (batch {batch_id})")
     else:
-        files = landing.files_to_land(landing_dir)
+        files = landing.files_to_land(landing_dir, landing.csv_dialects(project_dir))
         progress.step(f"landing new files from {landing_dir} (batch {batch_id})")
     clock = time.monotonic()
     begun = dbt.operation("sqlserver_cdc.begin_run", {

@@ -16,6 +16,12 @@ never landed again, so re-running over the same files adds nothing twice, and on
 was landed with another size or time fails the run (exports are immutable). Each batch is one
 Delta commit, so a killed landing leaves every file landed whole or not at all.
 
+CSV (docs/landing.md "CSV"): RFC 4180 by default (quote `"`, a quote inside a value doubled,
+line breaks inside quoted values, UTF-8 with or without a byte-order mark, UTF-16 with one),
+the form bcp, SSIS, Azure Data Factory and Python's csv module write; each record ends with the
+line separator the header row ends with (CRLF or LF), which keeps a CRLF inside a value as it was.
+A folder may declare another dialect in the var cdc_csv_dialects.
+
 Export manifests (docs/landing.md "Export manifests"): a `*.manifest.json` file in a capture instance's
 folder lists one export's files with their row counts and the LSN range it covers. Python reads
 and checks them here (structure, listed files present, sizes); the macro land_files counts the
@@ -28,6 +34,8 @@ nothing else.
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +55,11 @@ MANIFEST_SUFFIX = ".manifest.json"
 MANIFEST_KINDS = {"change_tables": "manifest", "snapshots": "snapshot_manifest"}
 FOLDER_OF_MANIFEST = {v: k for k, v in MANIFEST_KINDS.items()}
 PARQUET_MAGIC = b"PAR1"
+# RFC 4180: what every CSV file is read with unless its folder declares otherwise (the var
+# cdc_csv_dialects); Spark's own defaults (escape `\`, one line per record) shift or split values
+CSV_DIALECT = {"sep": ",", "quote": '"', "escape": '"', "encoding": "UTF-8", "nullValue": ""}
+CSV_SETTABLE = (*CSV_DIALECT, "comment")
+BOMS = ((b"\xef\xbb\xbf", "UTF-8"), (b"\xff\xfe", "UTF-16"), (b"\xfe\xff", "UTF-16"))
 
 
 @dataclass(frozen=True)
@@ -63,16 +76,18 @@ class LandedFile:
 
 def discover(landing_dir: Path) -> list[LandedFile]:
     """All landable files under the landing folder, in a stable order; export manifests (in
-    change_tables/<capture_instance>/) come as kind `manifest`."""
+    change_tables/<capture_instance>/) come as kind `manifest`. Files and folders whose name
+    starts with `.` or `_` are not data (a writer's `_temporary/` attempts, `_SUCCESS`, `.crc`)."""
     if not landing_dir.is_dir():
         raise UsageError(f"landing folder {landing_dir} does not exist; pass --landing DIR")
     found = []
     for kind in KINDS:
         root = landing_dir / kind
         for path in sorted(root.rglob("*")):
-            if not path.is_file() or path.suffix.lower() not in FORMATS or path.name.startswith(("_", ".")):
-                continue
             parts = path.relative_to(root).parts
+            if (not path.is_file() or path.suffix.lower() not in FORMATS or parts[0].startswith(".")
+                    or any(part.startswith(("_", ".")) for part in parts[1:])):
+                continue
             if kind in MANIFEST_KINDS and path.name.lower().endswith(MANIFEST_SUFFIX):
                 if len(parts) > 1:
                     found.append(LandedFile(MANIFEST_KINDS[kind], parts[0], path, path.relative_to(landing_dir).as_posix()))
@@ -89,20 +104,31 @@ def raw_table(raw_schema: str) -> str:
     return f"{raw_schema}.{RAW_TABLE}"
 
 
-def files_to_land(landing_dir: Path) -> list[dict[str, object]]:
+def files_to_land(landing_dir: Path, csv_dialects: dict[str, dict[str, str]] | None = None) -> list[dict[str, object]]:
     """The landing folder's files as the macro land_files takes them (it skips those landed):
-    each {kind, entity, path, relative, format, size, modified_ms}, plus `refused` (why the file
-    must not land) or `waiting` (why it cannot land yet); a manifest also carries its parsed
-    fields (see _read_manifest) with `files` (the listed files' relative paths) and
-    `rows_by_file`. land_files acts on these only for files not landed yet."""
+    each {kind, entity, path, relative, format, size, modified_ms}, a CSV file with `csv`
+    (see csv_options), plus `refused` (why the file must not land) or `waiting`
+    (why it cannot land yet); a manifest also carries its parsed fields (see _read_manifest)
+    with `files` (the listed files' relative paths) and `rows_by_file`. land_files acts on these
+    only for files not landed yet. csv_dialects: the var cdc_csv_dialects (see csv_dialects)."""
     found = discover(landing_dir)
     entries = {}
     for f in found:
         stat = f.path.stat()
-        entries[f.relative] = {"kind": f.kind, "entity": f.entity, "path": str(f.path.resolve()), "relative": f.relative,
-                               "format": f.fmt, "size": stat.st_size, "modified_ms": stat.st_mtime_ns // 1_000_000}
-        if f.fmt != "manifest" and (reason := cut_short(f.path, f.fmt, stat.st_size)):
-            entries[f.relative]["refused"] = reason
+        entry = entries[f.relative] = {"kind": f.kind, "entity": f.entity, "path": str(f.path.resolve()),
+                                       "relative": f.relative, "format": f.fmt, "size": stat.st_size,
+                                       "modified_ms": stat.st_mtime_ns // 1_000_000}
+        if ":" in f.relative:
+            entry["refused"] = ("its path holds ':', which Spark's (Hadoop's) file paths cannot read; rename it without "
+                                "':' (e.g. '-' instead), and it lands with the next run")
+            continue
+        if f.fmt != "manifest" and (reason := cut_short(f.path, f.fmt, stat.st_size, _dialect_of(f.relative, csv_dialects or {}))):
+            entry["refused"] = reason
+        elif f.fmt == "csv":
+            try:
+                entry["csv"] = csv_options(f.path, _dialect_of(f.relative, csv_dialects or {}))
+            except CsvHeaderError as exc:
+                entry["refused"] = str(exc)
     # a capture instance's folder once it has a manifest; every snapshot folder
     managed = {(FOLDER_OF_MANIFEST[f.kind], f.entity) for f in found if f.kind in FOLDER_OF_MANIFEST}
     listed: dict[str, str] = {}
@@ -120,10 +146,80 @@ def files_to_land(landing_dir: Path) -> list[dict[str, object]]:
     return list(entries.values())
 
 
-def cut_short(path: Path, fmt: str, size: int) -> str | None:
+def csv_dialects(project_dir: Path) -> dict[str, dict[str, str]]:
+    """The var cdc_csv_dialects of the project's dbt_project.yml, checked: a mapping of a folder
+    of the landing folder (e.g. `change_tables/dbo_orders`, or `snapshots` for all snapshots) to
+    the CSV options its files are read with instead of RFC 4180's (see CSV_SETTABLE)."""
+    import yaml
+
+    path = project_dir / "dbt_project.yml"
+    declared = ((yaml.safe_load(path.read_text()) or {}).get("vars") or {}).get("cdc_csv_dialects") if path.exists() else None
+    if declared is None:
+        return {}
+    if not isinstance(declared, dict):
+        raise UsageError("var cdc_csv_dialects must map a folder of the landing folder to its CSV options, "
+                         "e.g. {change_tables/dbo_orders: {sep: ';'}}")
+    dialects = {}
+    for folder, options in declared.items():
+        unknown = sorted(set(options or {}) - set(CSV_SETTABLE)) if isinstance(options, dict) else ["(not a mapping)"]
+        if unknown:
+            raise UsageError(f"cdc_csv_dialects: folder {folder} sets {', '.join(map(str, unknown))}; a folder's CSV "
+                             f"dialect may set {', '.join(CSV_SETTABLE)}")
+        bad = [k for k, v in options.items() if not isinstance(v, str) or (k != "nullValue" and not v)]
+        if bad or str(folder).split("/")[0] not in KINDS:
+            raise UsageError(f"cdc_csv_dialects: folder {folder} must be under one of {', '.join(KINDS)} and set each "
+                             f"option to text; got {options!r}")
+        dialects[str(folder).strip("/")] = dict(options)
+    return dialects
+
+
+def _dialect_of(relative: str, dialects: dict[str, dict[str, str]]) -> dict[str, str]:
+    """RFC 4180 overlaid by the dialect of the deepest declared folder holding the file."""
+    owners = [f for f in dialects if relative.startswith(f + "/")]
+    return {**CSV_DIALECT, **(dialects[max(owners, key=len)] if owners else {})}
+
+
+def csv_options(path: Path, dialect: dict[str, str]) -> dict[str, object]:
+    """How Spark reads one CSV file: `options` (its dialect, the encoding its byte-order mark
+    names, if it has one, and the record separator its header row ends with, `\r\n` or `\n`, so
+    a line break inside a quoted value keeps its form: Spark rewrites a CRLF inside quotes to LF
+    when it detects the separator itself) and `header`, the header row's column names parsed
+    here, given to Spark as the file's schema (Spark's own header inference of a multi-line CSV
+    re-reads the path as a glob, so a name with `[` or `{` would match nothing). Raises
+    CsvHeaderError when the header row cannot name the file's columns."""
+    with path.open("rb") as f:
+        head = f.read(1 << 20)
+    encoding = next((name for bom, name in BOMS if head.startswith(bom)), dialect["encoding"])
+    try:
+        text = head.decode(encoding, errors="replace")
+    except LookupError:  # an encoding Spark (Java) knows and Python does not: its line feeds are ASCII's
+        text = head.decode("latin-1")
+    text = text.removeprefix("\ufeff")
+    end = text.find("\n")
+    if end < 0:
+        raise CsvHeaderError("no header row: the first MiB holds no line break")
+    line_sep = "\r\n" if end > 0 and text[end - 1] == "\r" else "\n"
+    quote, escape = dialect["quote"], dialect["escape"]
+    reader = csv.reader(io.StringIO(text[:end + 1], newline=""), delimiter=dialect["sep"], quotechar=quote,
+                        doublequote=escape == quote, escapechar=None if escape == quote else escape, strict=False)
+    header = [name.strip() or f"_c{i}" for i, name in enumerate(next(reader, []))]
+    seen: dict[str, str] = {}
+    for name in header:
+        if name.lower() in seen:
+            raise CsvHeaderError(f"its header row names the column {name} twice ({seen[name.lower()]}, {name}); "
+                                 "each column lands under its lower-cased name")
+        seen[name.lower()] = name
+    return {"options": {**dialect, "encoding": encoding, "lineSep": line_sep}, "header": header}
+
+
+class CsvHeaderError(Exception):
+    """Why a CSV file's header row cannot name its columns (the file is refused with it)."""
+
+
+def cut_short(path: Path, fmt: str, size: int, csv: dict[str, str] | None = None) -> str | None:
     """Why a data file is incomplete, or None: a Parquet file must begin and end with its magic
     (the footer is written last), a CSV must end with a line break (an export cut mid-row yields
-    NULLs or cut values that still cast)."""
+    NULLs or cut values that still cast) in its encoding (csv: its dialect)."""
     if fmt == "parquet":
         with path.open("rb") as f:
             head = f.read(4)
@@ -136,12 +232,26 @@ def cut_short(path: Path, fmt: str, size: int) -> str | None:
     elif fmt == "csv":
         if size == 0:
             return "empty CSV file (not even a header row): it was cut short or is still being written"
+        newline = _newline(path, (csv or CSV_DIALECT)["encoding"])
         with path.open("rb") as f:
-            f.seek(size - 1)
-            if f.read(1) != b"\n":
+            f.seek(max(size - len(newline), 0))
+            if f.read(len(newline)) != newline:
                 return ("the CSV does not end with a line break, so its last row was cut short (or the file is still "
                         "being written); exports end every row, including the last, with a line break")
     return None
+
+
+def _newline(path: Path, encoding: str) -> bytes:
+    """A line feed in the file's encoding (UTF-16 by its byte-order mark)."""
+    with path.open("rb") as f:
+        head = f.read(3)
+    encoding = next((name for bom, name in BOMS if head.startswith(bom)), encoding)
+    if encoding.upper().replace("-", "") == "UTF16":
+        return b"\0\n" if head.startswith(b"\xfe\xff") else b"\n\0"
+    try:
+        return "\n".encode(encoding)
+    except LookupError:
+        return b"\n"
 
 
 def _apply_manifest(landing_dir: Path, manifest: dict, entries: dict[str, dict], listed: dict[str, str]) -> None:
@@ -242,7 +352,8 @@ def land(dbt, landing_dir: Path, raw_schema: str, batch_id: str) -> dict[tuple[s
     """Lands every new file through dbt (macro land_files, so the SQL runs wherever the target's
     Spark is: the embedded session or a cluster); returns the records landed per (kind, entity).
     A run lands through begin_run instead, which also writes the run ledger."""
-    dbt.operation("sqlserver_cdc.land_files", {"files": files_to_land(landing_dir), "batch_id": batch_id,
+    dialects = csv_dialects(dbt.project_dir)
+    dbt.operation("sqlserver_cdc.land_files", {"files": files_to_land(landing_dir, dialects), "batch_id": batch_id,
                                                "raw_schema": raw_schema})
     rows = dbt.query(f"{{{{ sqlserver_cdc.landed_batch_counts('{batch_id}', '{raw_schema}') }}}}")
     return {(r["landing_kind"], r["entity"]): int(r["records"]) for r in rows}

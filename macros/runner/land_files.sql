@@ -8,7 +8,8 @@
     with another size or time fails the batch before anything lands (exports are immutable).
     Each file is read through its own temporary view (so every record carries its file as a
     literal, without input_file_name(), and each CSV file is read with its own header):
-    csv with a header and no type inference, parquet with the file's schema, JSON lines as text
+    csv as text with the header and dialect the runner read (RFC 4180 unless its folder declares
+    another: runner/landing.py csv_options), parquet with the file's schema, JSON lines as text
     lines (blank lines skipped). Every record becomes a map of lower-cased column names to text
     (binary as 0x + uppercase hex); a JSON line is parsed to map<string,string> (nested values
     keep their JSON text; a line that is not a JSON object lands with a NULL map) and keeps its
@@ -228,23 +229,37 @@
     {%- if file.format not in ('csv', 'parquet', 'json', 'manifest') -%}
         {{ exceptions.raise_compiler_error("land_files: format of " ~ file.relative ~ " must be csv, parquet, json or manifest; got " ~ file.format) }}
     {%- endif -%}
+    {%- if file.format == 'csv' and not (file.get('refused') or file.get('waiting')) and (file.get('csv') is not mapping or not file.csv.get('header')) -%}
+        {{ exceptions.raise_compiler_error("land_files: CSV file " ~ file.relative ~ " needs csv (header and options: the runner reads them)") }}
+    {%- endif -%}
     {%- if file.format == 'manifest' and not (file.get('refused') or file.get('waiting')) and (file.get('lsns') is none or file.get('files') is none or file.get('rows_by_file') is none) -%}
         {{ exceptions.raise_compiler_error("land_files: manifest " ~ file.relative ~ " needs lsns, files and rows_by_file (the runner reads them)") }}
     {%- endif -%}
 {%- endmacro %}
 
-{#- A Spark SQL string literal (backslash escapes are on by default in Spark SQL). -#}
+{#- A Spark SQL string literal (backslash escapes are on by default in Spark SQL; line breaks are
+    written as escapes, so a literal stays on one line). -#}
 {% macro _sql_string(value) -%}
-    '{{ value | string | replace('\\', '\\\\') | replace("'", "\\'") }}'
+    '{{ value | string | replace('\\', '\\\\') | replace("'", "\\'") | replace('\n', '\\n') | replace('\r', '\\r') }}'
 {%- endmacro %}
 
-{#- A temporary view over one file. Spark expands glob characters in a path, so they are escaped. -#}
+{#- A temporary view over one file. Spark expands glob characters in a path, so they are escaped.
+    A CSV file is read as the runner parsed its header (file.csv.header, every column text; the
+    first line is skipped) with file.csv.options (its dialect, encoding and record separator:
+    runner/landing.py csv_options); multiLine, so a quoted value may hold line breaks. -#}
 {% macro _landing_view_ddl(view, file) -%}
     {%- set path = modules.re.sub('([\\\\{}\\[\\]*?])', '\\\\\\1', file.path) -%}
     {%- set source = {'csv': "csv", 'parquet': "parquet", 'json': "text"}[file.format] -%}
-    create or replace temporary view {{ view }} using {{ source }}
+    create or replace temporary view {{ view }}
+    {%- if file.format == 'csv' %} (
+        {%- for name in file.csv.header %}{{ ', ' if not loop.first }}`{{ name | replace('`', '``') }}` string{% endfor -%}
+    ){%- endif %} using {{ source }}
     options (path {{ sqlserver_cdc._sql_string(path) }}
-    {%- if file.format == 'csv' %}, header 'true', inferSchema 'false'{% endif %})
+    {%- if file.format == 'csv' %}, header 'true', enforceSchema 'true', multiLine 'true'
+        {%- for option, value in file.csv.options.items() | sort -%}
+        , {{ option }} {{ sqlserver_cdc._sql_string(value) }}
+        {%- endfor -%}
+    {%- endif %})
 {%- endmacro %}
 
 {#- The raw table's columns for the records of one file's view. -#}

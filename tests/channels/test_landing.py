@@ -10,7 +10,7 @@ import pytest
 
 from runner import landing
 from runner.dbt import Dbt
-from runner.errors import InfrastructureError
+from runner.errors import InfrastructureError, UsageError
 from tests.conftest import PROJECT_DIR
 
 
@@ -85,3 +85,76 @@ def test_records_land_as_text_once_per_file(pipeline):
     with pytest.raises(InfrastructureError, match="run-operation sqlserver_cdc.land_files failed - .*broken.parquet"):
         landing.land(dbt, pipeline.landing, pipeline.target.raw_schema, "b4")
     assert _landed(pipeline, "b4") == []
+
+
+def test_csv_dialect_writers_files_and_names_spark_cannot_read(tmp_path):
+    """Without Spark: each CSV file gets RFC 4180 (or its folder's declared dialect), the encoding its
+    byte-order mark names and the record separator of its header row; what writers leave beside
+    their output is not data; a path Spark cannot read is refused alone, naming the remedy."""
+    folder = tmp_path / "change_tables" / "dbo_things"
+    (folder / "_temporary" / "0" / "task_1").mkdir(parents=True)
+    (folder / "_temporary" / "0" / "task_1" / "part-0.csv").write_text("a\n1\n")
+    (folder / "_SUCCESS").write_text("")
+    (folder / ".part-0.csv.crc").write_bytes(b"crc")
+    (folder / "crlf.csv").write_bytes(b"\xef\xbb\xbfa,b\r\n1,\"x\r\ny\"\r\n")
+    (folder / "lf.csv").write_bytes(b"a,b\n1,2\n")
+    (folder / "wide.csv").write_bytes("a,b\r\n1,\"é\"\r\n".encode("utf-16"))
+    (folder / "wide_cut.csv").write_bytes("a,b\r\n1,2".encode("utf-16"))
+    (folder / "at 12:05.csv").write_text("a\n1\n")
+    (folder / "twice.csv").write_text("a,\"A\"\n1,2\n")
+    semi = tmp_path / "snapshots" / "things"
+    semi.mkdir(parents=True)
+    (semi / "s.csv").write_text("a;b\n1;2\n")
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "dbt_project.yml").write_text("vars:\n  cdc_csv_dialects:\n    snapshots/things: {sep: ';', escape: '\\'}\n")
+
+    got = {e["relative"]: e for e in landing.files_to_land(tmp_path, landing.csv_dialects(project))}
+
+    assert sorted(got) == [f"change_tables/dbo_things/{n}" for n in ("at 12:05.csv", "crlf.csv", "lf.csv", "twice.csv", "wide.csv",
+                                                                        "wide_cut.csv")] + [
+        "snapshots/things/s.csv"]
+    rfc = {"sep": ",", "quote": '"', "escape": '"', "nullValue": ""}
+    assert got["change_tables/dbo_things/crlf.csv"]["csv"] == {"options": {**rfc, "encoding": "UTF-8", "lineSep": "\r\n"},
+                                                           "header": ["a", "b"]}
+    assert got["change_tables/dbo_things/lf.csv"]["csv"]["options"] == {**rfc, "encoding": "UTF-8", "lineSep": "\n"}
+    assert got["change_tables/dbo_things/wide.csv"]["csv"] == {"options": {**rfc, "encoding": "UTF-16", "lineSep": "\r\n"},
+                                                           "header": ["a", "b"]}
+    assert "refused" not in got["change_tables/dbo_things/wide.csv"]
+    assert "last row was cut short" in got["change_tables/dbo_things/wide_cut.csv"]["refused"]
+    assert got["snapshots/things/s.csv"]["csv"] == {"options": {**rfc, "sep": ";", "escape": "\\", "encoding": "UTF-8", "lineSep": "\n"},
+                                                    "header": ["a", "b"]}
+    assert "names the column A twice" in got["change_tables/dbo_things/twice.csv"]["refused"]
+    assert "holds ':'" in got["change_tables/dbo_things/at 12:05.csv"]["refused"]
+    assert "rename it" in got["change_tables/dbo_things/at 12:05.csv"]["refused"]
+
+    for bad in ("{snapshots/things: {delimiter: ';'}}", "{elsewhere: {sep: ';'}}", "[sep]", "{snapshots: {sep: 1}}"):
+        (project / "dbt_project.yml").write_text(f"vars:\n  cdc_csv_dialects: {bad}\n")
+        with pytest.raises(UsageError, match="cdc_csv_dialects"):
+            landing.csv_dialects(project)
+
+
+def test_csv_as_sql_server_tools_write_it_lands_value_for_value(pipeline):
+    """RFC 4180 as bcp, SSIS, Azure Data Factory and Python's csv module write it: a quoted value
+    ending in a backslash, doubled quotes, a CRLF and a LF inside quoted values, a byte-order mark,
+    UTF-16; each lands as the value it was (an empty field, quoted or not, is NULL)."""
+    folder = pipeline.landing / "change_tables" / "dbo_dialect"
+    folder.mkdir(parents=True)
+    values = ["ends in \\", 'say "hi"', "two\r\nlines", "lf\nonly", "comma, inside", "é ü 名", None]
+
+    def text(end):
+        quoted = ['"' + v.replace('"', '""') + '"' if v is not None else "" for v in values]
+        return "".join(f"{line}{end}" for line in ["Id,Note,Other", *(f"{i},{q},x" for i, q in enumerate(quoted))])
+
+    (folder / "utf8.csv").write_bytes(("\ufeff" + text("\r\n")).encode("utf-8"))
+    (folder / "utf16.csv").write_bytes(text("\r\n").encode("utf-16"))
+    (folder / "lf.csv").write_bytes(text("\n").encode("utf-8"))
+
+    landing.land(Dbt(PROJECT_DIR, "local"), pipeline.landing, pipeline.target.raw_schema, "dialect")
+
+    got = {}
+    for r in _landed(pipeline, "dialect"):
+        got.setdefault(r["_source_file"].rsplit("/", 1)[1], []).append(r["row_values"])
+    expected = [{"id": str(i), "note": v, "other": "x"} for i, v in enumerate(values)]
+    for name in ("utf8.csv", "utf16.csv", "lf.csv"):
+        assert sorted(got[name], key=lambda r: int(r["id"])) == expected, name
