@@ -751,7 +751,7 @@ def many_tables_phases(spark, cfg: BenchConfig, project_dir: Path, work: Path, p
         for i in range(cfg.many_repeats):
             if declared:
                 write_workload(spark, setups[name][1], declared, written[name], written[name] + b, k, many,
-                               f"batch_{label.split()[0]}_{written[name]}")
+                               f"batch_{name}_{written[name]}")
                 written[name] += b
             seconds.append(_timed(progress, f"{label} ({i + 1} of {cfg.many_repeats})", rows, lambda: run(name)).seconds)
         return Phase(label, sorted(seconds)[len(seconds) // 2], rows, f"median of {cfg.many_repeats}: "

@@ -19,7 +19,7 @@ from runner.dbt import Dbt, failures
 from runner.errors import EXIT_OK, InfrastructureError, PipelineFailed, RunnerError, UsageError
 from runner.lock import RunnerLock, describe_previous, lock_path
 from runner.profile import load_target
-from runner.project import check_model_files
+from runner.project import check_model_files, exported_columns
 from runner.session import create_file_writer_session, create_session
 from runner.unchanged import LastRun
 
@@ -90,12 +90,15 @@ def run_pipeline(project_dir: Path, target, landing_dir: Path, *, select: list[s
     # constant across runs, so one parse serves them (the plan is a var of the build only)
     dbt = Dbt(project_dir, target.name, {"cdc_raw_schema": target.raw_schema})
     sources = kafka.sources(project_dir) if kafka_sources is None else kafka_sources
-    stopped = _land_kafka(dbt, target, sources, batch_id, accept_kafka_gap, progress) if sources else []
+    if sources:
+        batch_id, stopped = _land_kafka(dbt, target, sources, batch_id, accept_kafka_gap, progress)
+    else:
+        stopped = []
     if sources and not landing_dir.exists():  # a project fed by Kafka alone needs no landing folder
         files = []
         progress.step(f"no landing folder {landing_dir}: no files to land (batch {batch_id})")
     else:
-        files = landing.files_to_land(landing_dir, landing.csv_dialects(project_dir))
+        files = landing.files_to_land(landing_dir, landing.csv_dialects(project_dir), exported_columns(project_dir))
         progress.step(f"landing new files from {landing_dir} (batch {batch_id})")
     clock = time.monotonic()
     begun = dbt.operation("sqlserver_cdc.begin_run", {
@@ -103,6 +106,10 @@ def run_pipeline(project_dir: Path, target, landing_dir: Path, *, select: list[s
     if begun is None:
         raise InfrastructureError("begin_run reported nothing: is the project's sqlserver_cdc package current?")
     facts = plan.facts_from_report(begun)
+    if facts.run_id != batch_id:
+        progress.step(f"this machine's clock is behind the last landed batch or recorded run: batch {facts.run_id} "
+                      f"continues after it (the clock said {batch_id.split('-')[0]})")
+        batch_id = facts.run_id
     the_plan = plan.plan_run(facts, plan.Options(
         upper_lsn=begun.get("upper_lsn"), full_refresh=full_refresh, select=tuple(select),
         manifests_required=bool(begun.get("manifests_required")), stopped=tuple(stopped)))
@@ -152,12 +159,12 @@ def run_pipeline(project_dir: Path, target, landing_dir: Path, *, select: list[s
     if quarantined:
         progress.step(f"{quarantined} landed rows were quarantined in this run's batches: see the cdc_quarantine view "
                       f"(where _batch_id <= '{batch_id}')")
+    problems = _refused(list(facts.refused), stopped)
     if outcome.failed:
-        raise PipelineFailed(
-            f"{len(outcome.failed)} failure(s) ({'; '.join(outcome.failed[:3])}); watermarks of the affected marts were "
-            "not advanced: fix the cause and re-run"
-        )
-    _refused(list(facts.refused), stopped)
+        problems.insert(0, f"{len(outcome.failed)} failure(s) ({'; '.join(outcome.failed[:3])}); watermarks of the "
+                           "affected marts were not advanced: fix the cause and re-run")
+    if problems:
+        raise PipelineFailed(". ".join(problems))
     if strict and quarantined:
         raise PipelineFailed("rows were quarantined and --strict is set; inspect cdc_quarantine")
     return summary if the_plan.status != "nothing_to_do" else []
@@ -202,15 +209,17 @@ def _finish_args(the_plan: plan.Plan, facts: plan.Facts, outcome: plan.Outcome, 
             "capture_lsn": the_plan.landed_lsn.get("change_tables")}
 
 
-def _land_kafka(dbt, target, sources: list, batch_id: str, accept_gap, progress) -> list[str]:
+def _land_kafka(dbt, target, sources: list, batch_id: str, accept_gap, progress) -> tuple[str, list[str]]:
     """Lands the Kafka sources' new records (before begin_run, which then sees them as landed);
-    returns why sources stopped (retention gaps), each already reported."""
+    returns the batch id they landed with (the clock's, or after the last batch: macro
+    monotonic_batch_id) and why sources stopped (retention gaps), each already reported."""
     from pyspark.sql import SparkSession
 
     spark = SparkSession.getActiveSession()
     if spark is None:
         raise UsageError("Kafka sources are read in the runner's own SparkSession: use a session target")
-    dbt.operation("sqlserver_cdc.ensure_raw_table", {"raw_schema": target.raw_schema})
+    batch_id = dbt.operation("sqlserver_cdc.ensure_raw_table", {"raw_schema": target.raw_schema, "batch_id": batch_id}
+                             )["batch_id"]["batch_id"]
     progress.step(f"reading {len(sources)} Kafka source(s) up to the partitions' end offsets at this run's start")
     stopped = []
     for result in kafka.land(spark, sources, landing.raw_table(target.raw_schema), batch_id, tuple(accept_gap)):
@@ -223,20 +232,21 @@ def _land_kafka(dbt, target, sources: list, batch_id: str, accept_gap, progress)
         for reason in result.stopped:
             progress.step(f"STOPPED {reason}")
         stopped += result.stopped
-    return stopped
+    return batch_id, stopped
 
 
-def _refused(refused: list[str], stopped: list[str] = ()) -> None:
+def _refused(refused: list[str], stopped: list[str] = ()) -> list[str]:
+    """What the run says about sources that landed nothing: Kafka partitions stopped at a gap,
+    files refused (their tables wait for them, see runner/plan.py _held)."""
+    problems = []
     if stopped:
-        raise PipelineFailed(
-            f"{len(stopped)} Kafka partition(s) stopped their source (listed above): it landed nothing, everything "
-            "else was landed and applied. Follow the remedy above, then re-run")
+        problems.append(f"{len(stopped)} Kafka partition(s) stopped their source (listed above): it landed nothing, "
+                        "everything else was landed and applied. Follow the remedy above, then re-run")
     if refused:
-        raise PipelineFailed(
-            f"{len(refused)} landing file(s) were refused (listed above) and landed nothing; everything else was "
-            "landed and applied. Replace each with a complete copy (a refused file was never landed, so the same "
-            "name works) and re-run"
-        )
+        problems.append(f"{len(refused)} landing file(s) were refused (listed above) and landed nothing; everything else "
+                        "was landed, and the tables a refused export feeds wait for it. Replace each with a complete copy "
+                        "(a refused file was never landed, so the same name works) and re-run")
+    return problems
 
 
 def _landing_dir(args) -> Path:

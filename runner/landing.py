@@ -28,8 +28,9 @@ and checks them here (structure, listed files present, sizes); the macro land_fi
 listed files' rows before they land and lands each manifest, as one raw row of landing kind
 `manifest`, in the same commit as its files, only when all of them are whole. Once a folder has a
 manifest, its files that no manifest lists wait. Files that are cut short (a Parquet file without
-its footer, a CSV whose last row has no line break) are refused: they land nothing and block
-nothing else.
+its footer, a CSV whose last row has no line break) are refused: they land nothing, and the
+table they feed waits for a whole copy (runner/plan.py). An export of a declared capture instance
+without one of its declared columns is refused too (macro land_files).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runner.errors import UsageError
+from runner.project import exported_columns
 
 KINDS = ("change_tables", "cdc_metadata", "ces", "debezium", "snapshots")
 FORMATS = {".parquet": "parquet", ".csv": "csv", ".json": "json", ".jsonl": "json"}
@@ -104,13 +106,16 @@ def raw_table(raw_schema: str) -> str:
     return f"{raw_schema}.{RAW_TABLE}"
 
 
-def files_to_land(landing_dir: Path, csv_dialects: dict[str, dict[str, str]] | None = None) -> list[dict[str, object]]:
+def files_to_land(landing_dir: Path, csv_dialects: dict[str, dict[str, str]] | None = None,
+                  exported_columns: dict[str, list[str]] | None = None) -> list[dict[str, object]]:
     """The landing folder's files as the macro land_files takes them (it skips those landed):
     each {kind, entity, path, relative, format, size, modified_ms}, a CSV file with `csv`
     (see csv_options), plus `refused` (why the file must not land) or `waiting`
     (why it cannot land yet); a manifest also carries its parsed fields (see _read_manifest)
     with `files` (the listed files' relative paths) and `rows_by_file`. land_files acts on these
-    only for files not landed yet. csv_dialects: the var cdc_csv_dialects (see csv_dialects)."""
+    only for files not landed yet. csv_dialects: the var cdc_csv_dialects (see csv_dialects).
+    exported_columns (runner/project.py exported_columns): a CSV or Parquet export of a declared
+    capture instance carries `expected_columns`, which land_files checks its columns against."""
     found = discover(landing_dir)
     entries = {}
     for f in found:
@@ -118,6 +123,9 @@ def files_to_land(landing_dir: Path, csv_dialects: dict[str, dict[str, str]] | N
         entry = entries[f.relative] = {"kind": f.kind, "entity": f.entity, "path": str(f.path.resolve()),
                                        "relative": f.relative, "format": f.fmt, "size": stat.st_size,
                                        "modified_ms": stat.st_mtime_ns // 1_000_000}
+        folder = f"{f.kind}/{f.entity}".lower()
+        if f.fmt in ("csv", "parquet") and folder in (exported_columns or {}):
+            entry["expected_columns"] = exported_columns[folder]
         if ":" in f.relative:
             entry["refused"] = ("its path holds ':', which Spark's (Hadoop's) file paths cannot read; rename it without "
                                 "':' (e.g. '-' instead), and it lands with the next run")
@@ -348,12 +356,13 @@ class ManifestError(Exception):
     """What is wrong with an export manifest (it is refused with this reason)."""
 
 
-def land(dbt, landing_dir: Path, raw_schema: str, batch_id: str) -> dict[tuple[str, str], int]:
+def land(dbt, landing_dir: Path, raw_schema: str, batch_id: str) -> dict[str, object]:
     """Lands every new file through dbt (macro land_files, so the SQL runs wherever the target's
-    Spark is: the embedded session or a cluster); returns the records landed per (kind, entity).
-    A run lands through begin_run instead, which also writes the run ledger."""
-    dialects = csv_dialects(dbt.project_dir)
-    dbt.operation("sqlserver_cdc.land_files", {"files": files_to_land(landing_dir, dialects), "batch_id": batch_id,
-                                               "raw_schema": raw_schema})
+    Spark is: the embedded session or a cluster); returns what land_files reported (landed,
+    refused, waiting, ignored) and `counts`, the records landed per (kind, entity). A run lands
+    through begin_run instead, which also plans the run from what landed."""
+    files = files_to_land(landing_dir, csv_dialects(dbt.project_dir), exported_columns(dbt.project_dir))
+    outcome = dbt.operation("sqlserver_cdc.land_files", {"files": files, "batch_id": batch_id,
+                                                         "raw_schema": raw_schema}).get("land_files", {})
     rows = dbt.query(f"{{{{ sqlserver_cdc.landed_batch_counts('{batch_id}', '{raw_schema}') }}}}")
-    return {(r["landing_kind"], r["entity"]): int(r["records"]) for r in rows}
+    return {**outcome, "counts": {(r["landing_kind"], r["entity"]): int(r["records"]) for r in rows}}

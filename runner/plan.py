@@ -15,7 +15,10 @@ decides:
   window (`ModelWindow`): staging takes the batches after the last one it took in; a mart applies
   the changes above its own watermark up to the bound (from a snapshot above both marts'
   watermarks, which then reconciles them); a table whose window starts where cleanup already
-  removed changes is stopped with the remedy;
+  removed changes is stopped with the remedy, and so is one whose capture instance has an export
+  refused this run (its whole copy must not land below the marts' watermark); a table whose
+  changes arrived at or below its marts' watermark (a late or corrected export) rebuilds its
+  marts from staging;
 - which models to build (`Plan.build`): a model whose inputs landed after its watermark, a table
   with changes in its window, a relation that does not exist yet; a table with nothing to do
   costs no dbt node, and its marts' watermarks move to the bound after the build (`advance`);
@@ -172,6 +175,7 @@ class Facts:
     seeds_missing: bool = False
     refused: tuple[str, ...] = ()
     waiting: tuple[str, ...] = ()
+    ignored: tuple[str, ...] = ()  # "<file>: <columns> not declared ..." per file landed with extra columns
 
 
 @dataclass(frozen=True)
@@ -237,6 +241,9 @@ class TablePlan:
     stage: bool = False
     apply: bool = False
     gap: str | None = None
+    # change tables: the smallest commit LSN that arrived at or below the marts' watermark, which
+    # makes this run rebuild both marts from staging (see _late)
+    late: str | None = None
     # change tables: the newest snapshot at or below the bound (where a plain dbt build that
     # rebuilds the marts starts, see macro cdc_window)
     latest_snapshot: str | None = None
@@ -459,6 +466,8 @@ def _plan_marts(t: Table, plan: TablePlan, facts: Facts, landed: dict[str, Lande
     rebuild = full or any(m not in facts.relations for m in t.marts)
     evolve = any(marks[m].declaration != t.digest for m in t.marts)
     top = upper[t.channel]
+    if t.channel == "change_tables" and not rebuild and (late := _late(t, facts, marks)):
+        plan.late, rebuild = late, True
     if t.channel == "change_tables":
         snapshot, reconcile = _snapshot(t, facts, top, marks, rebuild)
         plan.latest_snapshot = max((s.lsn for s in facts.snapshots if s.table == t.name and top and s.lsn <= top), default=None)
@@ -473,7 +482,8 @@ def _plan_marts(t: Table, plan: TablePlan, facts: Facts, landed: dict[str, Lande
             # checked whenever the marts would move, changes landed or not: cleanup may have
             # removed changes that were never exported
             plan.gap = _gap(t, lowest, facts.instance_min_lsn)
-            plan.apply = plan.apply and plan.gap is None
+        plan.gap = plan.gap or _held(t, facts.refused)
+        plan.apply = plan.apply and plan.gap is None
         return
     top_batch = upper_batch[t.channel]
     for m in t.marts:
@@ -483,6 +493,19 @@ def _plan_marts(t: Table, plan: TablePlan, facts: Facts, landed: dict[str, Lande
     newest = max((landed[s].batch for s in t.sources if s in landed), default=None)
     lowest = min(models[m].lower_batch for m in t.marts)
     plan.apply = rebuild or bool(top and newest and newest > lowest)
+
+
+def _late(t: Table, facts: Facts, marks: dict[str, Watermark]) -> str | None:
+    """The smallest commit LSN of change rows that arrived for a change-table table at or below
+    its marts' watermark (an export landed after the marts moved past its LSNs: a corrected
+    re-export, an export later than its lsn_time_mapping, rows landed twice), or None. The marts
+    read only changes above their watermark, so such rows are applied by rebuilding the marts
+    from staging, which holds every landed change (duplicates quarantined)."""
+    lowest = min((marks[m].lsn or "" for m in t.marts), default="")
+    lows = [facts.arrived[s].min_lsn for s in t.sources
+            if s.startswith("change_tables/") and s in facts.arrived and facts.arrived[s].min_lsn]
+    late = min(lows, default=None)
+    return late if late and lowest and late <= lowest else None
 
 
 def _snapshot(t: Table, facts: Facts, top: str | None, marks: dict[str, Watermark], rebuild: bool) -> tuple[str | None, bool]:
@@ -515,6 +538,19 @@ def _gap(t: Table, lower: str, min_lsn: dict[str, str]) -> str | None:
             f"{names} now starts at {available}; changes {needed} to {removed} were removed by cleanup before they were "
             f"processed. Land a snapshot of {t.name} taken at or after LSN {removed} (docs/landing.md \"Snapshots\"): it "
             "reconciles the marts and keeps their history")
+
+
+def _held(t: Table, refused: tuple[str, ...]) -> str | None:
+    """Why a change-table table waits for a refused export of one of its capture instances
+    (`refused`: "<path>: <reason>" per refused file): were its marts to move past the LSNs the
+    file holds, its changes would never be applied once a whole copy lands."""
+    folders = {f"change_tables/{i}" for i, _ in t.instances}
+    files = [r.split(": ", 1)[0] for r in refused if "/".join(r.lower().split("/")[:2]) in folders]
+    if not files:
+        return None
+    return (f"tracked table {t.name} waits: {files[0]}{f' (and {len(files) - 1} more)' if len(files) > 1 else ''} "
+            "was refused (see REFUSED above), and its marts must not move past the changes it holds. Replace it with a "
+            "whole copy under the same name, or remove it to go on without it")
 
 
 def _advances(t: Table, plan: TablePlan, facts: Facts, upper: dict, upper_batch: dict) -> bool:
@@ -649,4 +685,5 @@ def facts_from_report(report: dict) -> Facts:
         seeds_missing=bool(report.get("seeds_missing")),
         refused=tuple(report.get("refused") or ()),
         waiting=tuple(report.get("waiting") or ()),
+        ignored=tuple(report.get("ignored") or ()),
     )

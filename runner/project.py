@@ -58,6 +58,27 @@ def tracked_tables(project_dir: Path) -> list[TableSpec]:
     return specs
 
 
+def exported_columns(project_dir: Path) -> dict[str, list[str]]:
+    """Per landing folder of a declared capture instance (`change_tables/<instance>`, lower case),
+    the captured columns its exports must carry (lower case): the instance's `columns`, or the
+    table's declared columns when it has one capture instance. Undeclared instances and
+    incomplete declarations are not listed (tracked_tables reports those)."""
+    path = project_dir / "dbt_project.yml"
+    declared = ((yaml.safe_load(path.read_text()) or {}).get("vars") or {}).get("cdc_tracked_tables") or {} \
+        if path.exists() else {}
+    expected = {}
+    for table in declared.values():
+        if not isinstance(table, dict) or table.get("channel", "change_tables") != "change_tables":
+            continue
+        names = [str(c["name"]).lower() for c in table.get("columns") or [] if isinstance(c, dict) and "name" in c]
+        for instance in table.get("capture_instances") or [{"name": table.get("capture_instance"), "columns": None}]:
+            if isinstance(instance, dict) and instance.get("name"):
+                columns = instance.get("columns")
+                expected[f"change_tables/{str(instance['name']).lower()}"] = \
+                    [str(c).lower() for c in columns] if isinstance(columns, list) else names
+    return expected
+
+
 def model_files(name: str, channel: str) -> dict[str, str]:
     """The three thin model files of a tracked table, where docs/tables.md "Declaring a tracked
     table" puts them, each with the one macro call it holds."""

@@ -64,9 +64,10 @@ def stream_line(channel: str, s: dict[str, object]) -> str:
 
 def landing_lines(facts, plan) -> list[str]:
     """What landing refused or held back, and what holds the change-table cut (runner/plan.py's
-    facts and plan: refused and waiting files, export gaps, the table holding the cut, stale
+    facts and plan: refused and waiting files, columns ignored, export gaps, the table holding the cut, stale
     snapshots, instances without manifests)."""
     lines = [f"REFUSED {reason}" for reason in facts.refused]
+    lines += [f"note: {item}" for item in facts.ignored]
     waiting = list(facts.waiting)
     for item in waiting[:5]:
         lines.append(f"waiting: {item}")
@@ -85,7 +86,8 @@ def landing_lines(facts, plan) -> list[str]:
     if plan.export.without_manifest:
         lines.append(f"WARNING capture instance(s) {', '.join(plan.export.without_manifest)} land without export manifests: "
                      "their marts advance to the largest landed lsn_time_mapping LSN, so rows of theirs exported later than "
-                     "that mapping are never applied (docs/landing.md \"Export manifests\")")
+                     "that mapping land below the marts' watermark and make a run rebuild those marts from staging "
+                     "(docs/landing.md \"Export manifests\")")
     return lines
 
 
@@ -104,5 +106,8 @@ def window_lines(facts, plan) -> list[str]:
         lines.append(f"{len(applying)} table(s) with changes in their window"
                      + (f" ({', '.join(applying[:10])}{', ...' if len(applying) > 10 else ''})" if applying else "")
                      + f"; {unchanged} without: not built, their watermarks move to the bound")
+    lines += [f"{name}: changes landed at or below its marts' watermark (from LSN 0x{t.late}: a late or corrected "
+              "export): both marts are rebuilt from staging, so that they are applied" for name, t in sorted(plan.tables.items())
+              if t.late and t.apply]
     lines += [f"STOPPED {t.gap}" for t in plan.tables.values() if t.gap]
     return lines

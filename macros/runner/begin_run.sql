@@ -1,5 +1,6 @@
-{#- Used by the runner (dbt run-operation), the first of a run's dbt invocations: lands the new
-    files (land_files) and reports the few small facts the run is planned from
+{#- Used by the runner (dbt run-operation), the first of a run's dbt invocations: fixes the
+    run's batch id (monotonic_batch_id: the runner's clock id unless the clock is behind the last
+    batch), lands the new files (land_files) and reports the few small facts the run is planned from
     (runner/plan.py), as one log line `sqlserver_cdc.begin_run <json>`:
     - tables: each tracked table's channel, capture instances (and whether declared dropped) and
       a digest of its declaration;
@@ -14,7 +15,7 @@
     - watermarks (each model's), relations (the target schema's tables and views), the
       capture instances' validity low ends (instance_min_lsn), whether a seed is missing, a
       digest of the views;
-    - refused and waiting files, upper_lsn (--upper-lsn, canonical) and manifests_required.
+    - run_id (the batch id the files landed with), refused and waiting files, undeclared columns ignored (ignored), upper_lsn (--upper-lsn, canonical) and manifests_required.
     Reads only the batches landed after the previous run (Delta skips earlier files by their
     _batch_id statistics) and small tables. -#}
 {% macro begin_run(files, batch_id, raw_schema=none, upper_lsn=none) -%}
@@ -28,6 +29,9 @@
     {% do run_query('create schema if not exists ' ~ ledger.schema) %}
     {% do sqlserver_cdc._ensure_ledger(ledger) %}
     {% do sqlserver_cdc._ensure_watermarks() %}
+    {% do run_query('create schema if not exists ' ~ raw_schema) %}
+    {% do run_query(sqlserver_cdc._raw_table_ddl(raw)) %}
+    {%- set batch_id = sqlserver_cdc.monotonic_batch_id(batch_id, raw) -%}
     {%- set landing = sqlserver_cdc.land_files(files, batch_id, raw_schema) -%}
     {%- set landed_now = {} -%}
     {%- for row in run_query(sqlserver_cdc.landed_batch_counts(batch_id, raw_schema)) -%}
@@ -64,7 +68,7 @@
         'watermarks': watermarks, 'relations': relations,
         'instance_min_lsn': sqlserver_cdc._instance_min_lsn(raw, since, 'stg_cdc_metadata__change_tables' in relations),
         'views_digest': local_md5(tojson(var('cdc_tracked_tables', {}), sort_keys=true) ~ (quarantine.raw_code if quarantine else '')),
-        'seeds_missing': seeds | length > 0, 'refused': landing.refused, 'waiting': landing.waiting,
+        'seeds_missing': seeds | length > 0, 'refused': landing.refused, 'waiting': landing.waiting, 'ignored': landing.ignored,
         'upper_lsn': capped, 'manifests_required': sqlserver_cdc._export_manifests_required()}) -%}
     {{ log('sqlserver_cdc.begin_run ' ~ tojson(facts), info=true) }}
 {%- endmacro %}

@@ -129,7 +129,7 @@
 
 {#- The watermark table rewritten with one row per model (one file: reading it stays cheap
     however many runs there were): the latest row of each model, with `watermarks` (the models
-    this run moved) replacing theirs. The new rows are one JSON literal (a statement of many
+    this run moved) replacing theirs whatever the clock says (recorded_at may step back). The new rows are one JSON literal (a statement of many
     literal rows costs Spark seconds to parse). -#}
 {% macro _rewrite_watermarks(watermarks, run_id) -%}
     {%- set relation = sqlserver_cdc.watermark_relation() -%}
@@ -140,12 +140,13 @@
     insert overwrite table {{ relation }}
     select model_name, watermark_lsn, invocation_id, recorded_at, watermark_batch, declaration
     from (
-        select *, row_number() over (partition by model_name order by recorded_at desc) as _rank
+        select *, row_number() over (partition by model_name order by _new desc, recorded_at desc) as _rank
         from (
-            select model_name, watermark_lsn, invocation_id, recorded_at, watermark_batch, declaration
+            select model_name, watermark_lsn, invocation_id, recorded_at, watermark_batch, declaration, 0 as _new
             from {{ relation }}
             union all
-            select model_name, watermark_lsn, {{ sqlserver_cdc._sql_string(run_id) }}, current_timestamp(), watermark_batch, declaration
+            select model_name, watermark_lsn, {{ sqlserver_cdc._sql_string(run_id) }}, current_timestamp(), watermark_batch,
+                declaration, 1
             from (select inline(from_json({{ sqlserver_cdc._sql_string(tojson(rows)) }},
                 'array<struct<model_name: string, watermark_lsn: string, watermark_batch: string, declaration: string>>')))
         )

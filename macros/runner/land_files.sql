@@ -57,12 +57,23 @@
             ~ changed[:5] | join('; ') ~ ". Exports are immutable: land the corrected export under a new name; nothing was landed") }}
     {%- endif -%}
     {%- set views = {} -%}
+    {%- set described = {} -%}
+    {%- set ignored = [] -%}
     {%- for file in new if file.format != 'manifest' -%}
         {%- set view = 'sqlserver_cdc_landing_' ~ loop.index -%}
         {%- do views.update({file.relative: view}) -%}
         {#- the runner names this file when Spark fails to read it (its reason may not) -#}
         {{ log('sqlserver_cdc.reading ' ~ tojson({'file': file.relative}), info=true) }}
         {%- do run_query(sqlserver_cdc._landing_view_ddl(view, file)) -%}
+        {%- if file.format != 'json' -%}
+            {%- set columns = [] -%}
+            {%- for column in run_query('describe ' ~ view) -%}
+                {%- if not column[0] or column[0].startswith('#') -%}{%- break -%}{%- endif -%}
+                {%- do columns.append([column[0], column[1]]) -%}
+            {%- endfor -%}
+            {%- do described.update({file.relative: columns}) -%}
+            {%- do sqlserver_cdc._check_exported_columns(file, columns, refused, ignored) -%}
+        {%- endif -%}
     {%- endfor -%}
     {%- do sqlserver_cdc._check_manifests(new, views, seen, raw, refused) -%}
     {%- set selects = [] -%}
@@ -71,7 +82,7 @@
             {%- do selects.append(sqlserver_cdc._manifest_row_select(file, batch_id)) -%}
         {%- else -%}
             {{ log('sqlserver_cdc.reading ' ~ tojson({'file': file.relative}), info=true) }}
-            {%- do selects.append(sqlserver_cdc._landed_rows_select(views[file.relative], file, batch_id)) -%}
+            {%- do selects.append(sqlserver_cdc._landed_rows_select(views[file.relative], file, batch_id, described.get(file.relative))) -%}
         {%- endif -%}
     {%- endfor -%}
     {%- for chunk in selects | batch(200) -%}
@@ -83,9 +94,9 @@
     {{ log('sqlserver_cdc.reading ' ~ tojson({'file': none}), info=true) }}
     {%- set refusals = [] -%}
     {%- for relative, reason in refused.items() | sort -%}{%- do refusals.append(relative ~ ': ' ~ reason) -%}{%- endfor -%}
-    {{ log('land_files: ' ~ selects | length ~ ' new of ' ~ files | length ~ ' files landed in batch ' ~ batch_id
-        ~ (', ' ~ refusals | length ~ ' refused' if refusals) ~ (', ' ~ waiting | length ~ ' waiting' if waiting)) }}
-    {{ return({'landed': selects | length, 'refused': refusals, 'waiting': waiting | sort}) }}
+    {%- set outcome = {'landed': selects | length, 'refused': refusals, 'waiting': waiting | sort, 'ignored': ignored | sort} -%}
+    {{ log('sqlserver_cdc.land_files ' ~ tojson(outcome), info=true) }}
+    {{ return(outcome) }}
 {%- endmacro %}
 
 {% macro default__land_files(files, batch_id, raw_schema=none) -%}
@@ -94,7 +105,7 @@
 
 {#- The checks of export manifests about to land (docs/landing.md "Export manifests"), which refuse a
     manifest and every file it lists (adding them to `refused`) unless its LSNs parse, after_lsn
-    is not above through_lsn, and each file it lists has the rows it says: counted from the
+    is not above through_lsn, no file it lists is refused, and each has the rows it says: counted from the
     file's view before it lands, or from the raw table for a file landed earlier (reading the
     listed files only; queries of at most 100 files or 100 manifests). -#}
 {% macro _check_manifests(new, views, seen, raw, refused) -%}
@@ -150,7 +161,11 @@
     {%- for m in manifests -%}
         {%- for relative in m.files -%}
             {%- set expected = m.rows_by_file[relative] -%}
-            {%- if found.get(relative, 0) != expected -%}
+            {%- if relative in refused -%}
+                {%- if m.relative not in refused -%}
+                    {%- do refused.update({m.relative: 'export manifest: its file ' ~ relative ~ ' is refused'}) -%}
+                {%- endif -%}
+            {%- elif found.get(relative, 0) != expected -%}
                 {%- do refused.update({relative: found.get(relative, 0) ~ ' rows, but its export manifest ' ~ m.relative
                     ~ ' says ' ~ expected ~ ': it was cut short or is not the exported file'}) -%}
                 {%- if m.relative not in refused -%}
@@ -189,18 +204,26 @@
 {%- endmacro %}
 
 {#- Used by the runner before it lands from Kafka sources (runner/kafka.py appends to the raw
-    table itself, with the Kafka clients' secrets that never pass through dbt). -#}
-{% macro ensure_raw_table(raw_schema=none) -%}
-    {{ return(adapter.dispatch('ensure_raw_table', 'sqlserver_cdc')(raw_schema=raw_schema)) }}
+    table itself, with the Kafka clients' secrets that never pass through dbt); with batch_id
+    (the runner's clock id) also reports the batch id to land with (monotonic_batch_id) as
+    `sqlserver_cdc.batch_id`. -#}
+{% macro ensure_raw_table(raw_schema=none, batch_id=none) -%}
+    {{ return(adapter.dispatch('ensure_raw_table', 'sqlserver_cdc')(raw_schema=raw_schema, batch_id=batch_id)) }}
 {%- endmacro %}
 
-{% macro spark__ensure_raw_table(raw_schema=none) -%}
+{% macro spark__ensure_raw_table(raw_schema=none, batch_id=none) -%}
     {%- set schema = raw_schema or var('cdc_raw_schema', target.schema ~ '_raw') -%}
     {% do run_query('create schema if not exists ' ~ schema) %}
     {% do run_query(sqlserver_cdc._raw_table_ddl(schema ~ '.landed_rows')) %}
+    {%- if batch_id -%}
+        {%- set ledger = sqlserver_cdc.ledger_relation() -%}
+        {% do run_query('create schema if not exists ' ~ ledger.schema) %}
+        {% do sqlserver_cdc._ensure_ledger(ledger) %}
+        {{ log('sqlserver_cdc.batch_id ' ~ tojson({'batch_id': sqlserver_cdc.monotonic_batch_id(batch_id, schema ~ '.landed_rows')}), info=true) }}
+    {%- endif -%}
 {%- endmacro %}
 
-{% macro default__ensure_raw_table(raw_schema=none) -%}
+{% macro default__ensure_raw_table(raw_schema=none, batch_id=none) -%}
     {{ exceptions.raise_compiler_error(sqlserver_cdc._not_supported('ensure_raw_table')) }}
 {%- endmacro %}
 
@@ -237,6 +260,28 @@
     {%- endif -%}
 {%- endmacro %}
 
+{#- An export of a declared capture instance (file.expected_columns, from the runner: its
+    declared captured columns) must carry each of them: a file that lacks one is refused, naming
+    the columns and the remedy (a renamed or dropped column would otherwise land as NULL in
+    every change). Columns neither declared nor SQL Server's __$ metadata are noted in `ignored`
+    (once: a landed file is never read again). -#}
+{% macro _check_exported_columns(file, columns, refused, ignored) -%}
+    {%- if file.get('expected_columns') is none -%}{{ return(none) }}{%- endif -%}
+    {%- set names = columns | map(attribute=0) | map('lower') | list -%}
+    {%- set missing = file.expected_columns | reject('in', names) | list -%}
+    {%- set extra = names | reject('in', file.expected_columns) | reject('in', ['__$start_lsn', '__$end_lsn', '__$seqval',
+        '__$operation', '__$update_mask', '__$command_id']) | list -%}
+    {%- if missing -%}
+        {%- do refused.update({file.relative: 'its columns lack ' ~ missing | join(', ') ~ ', declared for capture instance '
+            ~ file.entity ~ ' (it has ' ~ names | join(', ') ~ '): a column renamed or dropped in the export would land as NULL. '
+            ~ 'Re-export with the declared columns; if the table changed, SQL Server keeps the old capture instance as it was: '
+            ~ 'declare the new one (docs/tables.md "Capture-instance changes")'}) -%}
+    {%- elif extra -%}
+        {%- do ignored.append(file.relative ~ ': column(s) ' ~ extra | join(', ') ~ ' not declared for capture instance '
+            ~ file.entity ~ ', not applied') -%}
+    {%- endif -%}
+{%- endmacro %}
+
 {#- A Spark SQL string literal (backslash escapes are on by default in Spark SQL; line breaks are
     written as escapes, so a literal stays on one line). -#}
 {% macro _sql_string(value) -%}
@@ -263,14 +308,13 @@
 {%- endmacro %}
 
 {#- The raw table's columns for the records of one file's view. -#}
-{% macro _landed_rows_select(view, file, batch_id) -%}
+{% macro _landed_rows_select(view, file, batch_id, columns=none) -%}
     {%- if file.format == 'json' -%}
         {%- set row_values = "from_json(value, 'map<string,string>')" -%}
         {%- set raw_text = 'value' -%}
     {%- else -%}
         {%- set pairs = [] -%}
-        {%- for column in run_query('describe ' ~ view) -%}
-            {%- if not column[0] or column[0].startswith('#') -%}{%- break -%}{%- endif -%}
+        {%- for column in columns -%}
             {%- set quoted = '`' ~ column[0] | replace('`', '``') ~ '`' -%}
             {%- if column[1] == 'binary' -%}
                 {%- set text = "case when " ~ quoted ~ " is not null then concat('0x', hex(" ~ quoted ~ ")) end" -%}

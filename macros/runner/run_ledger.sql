@@ -93,3 +93,19 @@
     cast({{ value }} as {{ value_type }})
     {%- endif -%}
 {%- endmacro %}
+
+{#- This run's batch id, which orders every batch after it (staging takes the batches after the
+    last it took in; the plan, what landed after the previous run): the runner's clock id
+    (`given`, e.g. 20261125T144641017837Z-a0c8d5) unless a batch already landed or a run already
+    recorded (other than `given` itself) is at or above it, e.g. after the clock stepped back;
+    then one microsecond after the largest of those, with given's suffix. So a clock that steps
+    back changes nothing. Reads the ledger's and the raw table's largest ids (one column each). -#}
+{% macro monotonic_batch_id(given, raw) -%}
+    {%- set ledger = sqlserver_cdc.ledger_relation() -%}
+    {%- set last = run_query("select greatest(coalesce((select max(run_id) from " ~ ledger ~ "), ''), coalesce((select max(_batch_id) from "
+        ~ raw ~ " where _batch_id != " ~ sqlserver_cdc._sql_string(given) ~ "), ''))").rows[0][0] -%}
+    {%- if given > last -%}{{ return(given) }}{%- endif -%}
+    {%- set suffix = given.split('-')[-1] -%}
+    {%- set stamp = modules.datetime.datetime.strptime(last[:22], '%Y%m%dT%H%M%S%fZ') -%}
+    {{ return((stamp + modules.datetime.timedelta(microseconds=1)).strftime('%Y%m%dT%H%M%S%fZ') ~ '-' ~ suffix) }}
+{%- endmacro %}

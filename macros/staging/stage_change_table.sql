@@ -69,6 +69,46 @@ texts as (
     sqlserver_cdc.update_mask_invalid_reason('text_update_mask', '__$update_mask', normalized='update_mask'),
     "case when text_command_id is not null and command_id is null then concat('invalid __$command_id: ', text_command_id) end"]) }},
 
+{#- A change row landed twice (the same export under another name, a re-export of a range
+    already landed) is quarantined as a duplicate of the first copy, which alone is applied:
+    same capture instance, change LSN, operation and key as a trusted row staged before (read
+    within the LSN range of what arrived, so Delta skips older files) or earlier in this batch. -#}
+{%- set window = sqlserver_cdc.cdc_window() -%}
+{%- set row_key = ['capture_instance', 'change_lsn', 'operation'] + t.key %}
+staged_before as (
+    {%- if window.full %}
+    select {{ row_key | join(', ') }}, _source_file from validated where false
+    {%- else %}
+    select {{ row_key | join(', ') }}, min(_source_file) as _source_file
+    from {{ this }}
+    where quarantine_reason is null
+        {%- if window.lower_lsn and window.upper_lsn %}
+        and commit_lsn >= {{ sqlserver_cdc._sql_string(window.lower_lsn) }} and commit_lsn <= {{ sqlserver_cdc._sql_string(window.upper_lsn) }}
+        {%- endif %}
+    group by {{ row_key | join(', ') }}
+    {%- endif %}
+),
+
+deduplicated as (
+    select
+        validated.* except (quarantine_reason),
+        coalesce(validated.quarantine_reason,
+            case when staged_before._source_file is not null
+                then concat('duplicate of the change row landed from ', staged_before._source_file) end,
+            case when validated.quarantine_reason is null and row_number() over (
+                    partition by validated.quarantine_reason is null, {% for k in row_key %}validated.{{ k }}{{ ', ' if not loop.last }}{% endfor %}
+                    order by validated._batch_id, validated._source_file) > 1
+                then concat('duplicate of the change row landed from ', first_value(validated._source_file) over (
+                    partition by validated.quarantine_reason is null, {% for k in row_key %}validated.{{ k }}{{ ', ' if not loop.last }}{% endfor %}
+                    order by validated._batch_id, validated._source_file)) end) as quarantine_reason
+    from validated
+    left join staged_before
+        on validated.quarantine_reason is null
+        {%- for k in row_key %}
+        and validated.{{ k }} <=> staged_before.{{ k }}
+        {%- endfor %}
+),
+
 final as (
     select
         validated.capture_instance,
@@ -86,7 +126,7 @@ final as (
         validated._source_file,
         validated._batch_id,
         validated._ingested_at
-    from validated
+    from deduplicated as validated
 )
 
 select * from final

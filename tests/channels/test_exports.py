@@ -1,6 +1,6 @@
 """Export manifests (docs/landing.md "Export manifests"): the change-table cut is the smallest LSN every
 declared capture instance's exports reach, so a lagging export holds the marts back instead of
-losing its rows; files cut short are refused whole and block nothing else."""
+losing its rows; files cut short are refused whole and hold their table."""
 
 from __future__ import annotations
 

@@ -33,7 +33,7 @@ def test_records_land_as_text_once_per_file(pipeline):
     (events / "lines.jsonl").write_text('{"id": "e1", "data": {"n": 1}}\n\n   \nnot json\n[1, 2]\n')
     dbt = Dbt(PROJECT_DIR, "local")
 
-    counts = landing.land(dbt, pipeline.landing, pipeline.target.raw_schema, "b1")
+    counts = landing.land(dbt, pipeline.landing, pipeline.target.raw_schema, "b1")["counts"]
 
     assert counts == {("change_tables", "dbo_things"): 4, ("ces", "default"): 3}
     parquet = next(folder.glob("export.parquet/*.parquet")).relative_to(pipeline.landing).as_posix()
@@ -54,7 +54,7 @@ def test_records_land_as_text_once_per_file(pipeline):
          "row_values": {"id": "4", "note": None}, "raw_text": None},
     ]
     # landed files are never landed again; the batch was one commit of the raw table
-    assert landing.land(dbt, pipeline.landing, pipeline.target.raw_schema, "b2") == {}
+    assert landing.land(dbt, pipeline.landing, pipeline.target.raw_schema, "b2")["counts"] == {}
     appends = [r for r in pipeline.rows("describe history {s}_raw.landed_rows") if r["operation"] == "WRITE"]
     assert len(appends) == 1
     identity = pipeline.rows("select distinct _source_file, _source_size, _source_modified_ms from {s}_raw.landed_rows"
@@ -77,7 +77,7 @@ def test_records_land_as_text_once_per_file(pipeline):
     # a file cut short (no Parquet footer) is refused before Spark reads it: the rest lands
     (folder / "broken.parquet").write_text("not parquet")
     (folder / "fine.csv").write_text("Id\n5\n")
-    assert landing.land(dbt, pipeline.landing, pipeline.target.raw_schema, "b3") == {("change_tables", "dbo_things"): 1}
+    assert landing.land(dbt, pipeline.landing, pipeline.target.raw_schema, "b3")["counts"] == {("change_tables", "dbo_things"): 1}
     assert [r["_source_file"] for r in _landed(pipeline, "b3")] == ["change_tables/dbo_things/fine.csv"]
     # a whole-looking file Spark cannot read fails the whole batch with Spark's reason; nothing lands
     (folder / "broken.parquet").write_bytes(b"PAR1" + b"garbage" * 4 + (28).to_bytes(4, "little") + b"PAR1")
@@ -158,3 +158,45 @@ def test_csv_as_sql_server_tools_write_it_lands_value_for_value(pipeline):
     expected = [{"id": str(i), "note": v, "other": "x"} for i, v in enumerate(values)]
     for name in ("utf8.csv", "utf16.csv", "lf.csv"):
         assert sorted(got[name], key=lambda r: int(r["id"])) == expected, name
+
+
+def test_an_export_without_a_declared_column_is_refused_and_extra_columns_are_noted(pipeline):
+    """An export of a declared capture instance must carry its declared captured columns: one
+    with a column renamed (`email` -> `email_address`) or missing is refused, naming the columns
+    and the remedy, and so is the manifest that lists it; columns nobody declared land (the raw
+    table keeps every column) and are noted once."""
+    meta = "__$start_lsn,__$seqval,__$operation,__$update_mask"
+    row = "0x0000002C000003000010,0x0000002C000003000010,2,0x3F"
+    folder = pipeline.landing / "change_tables" / "dbo_customers"
+    folder.mkdir(parents=True)
+    (folder / "renamed.csv").write_text(f"{meta},customer_id,full_name,email_address,credit_limit,is_active,created_at\n"
+                                        f"{row},1,Ann,a@x,10.00,1,2026-01-01\n")
+    (folder / "extra.csv").write_text(f"{meta},customer_id,full_name,email,credit_limit,is_active,created_at,loyalty\n"
+                                      f"{row},2,Bo,b@x,10.00,1,2026-01-01,gold\n")
+    pipeline.spark.createDataFrame([(3, "Cy")], "customer_id int, full_name string").coalesce(1).write.parquet(
+        str(folder / "narrow.parquet"))
+    lines = pipeline.landing / "change_tables" / "sales_order_lines"
+    lines.mkdir(parents=True)
+    (lines / "e1.csv").write_text(f"{meta},order_id,line_no,product_code,quantity,unit_price,modified_at\n{row},1,1,p,1,1.00,2026-01-01\n")
+    (lines / "e1.manifest.json").write_text(
+        '{"capture_instance": "sales_order_lines", "after_lsn": null, "through_lsn": "0x0000002C000003000010",'
+        ' "files": [{"path": "e1.csv", "rows": 1}]}')
+
+    outcome = landing.land(Dbt(PROJECT_DIR, "local"), pipeline.landing, pipeline.target.raw_schema, "drift")
+
+    refused = dict(r.split(": ", 1) for r in outcome["refused"])
+    assert sorted(refused) == sorted(["change_tables/dbo_customers/renamed.csv", "change_tables/sales_order_lines/e1.csv",
+                               "change_tables/sales_order_lines/e1.manifest.json",
+                               *(f"change_tables/dbo_customers/narrow.parquet/{p.name}" for p in (folder / "narrow.parquet").glob("*.parquet"))])
+    assert refused["change_tables/dbo_customers/renamed.csv"].startswith(
+        "its columns lack email, declared for capture instance dbo_customers (it has __$start_lsn")
+    assert "declare the new one" in refused["change_tables/dbo_customers/renamed.csv"]
+    assert refused["change_tables/sales_order_lines/e1.csv"].startswith("its columns lack notes")
+    assert refused["change_tables/sales_order_lines/e1.manifest.json"] == \
+        "export manifest: its file change_tables/sales_order_lines/e1.csv is refused"
+    narrow = next(v for k, v in refused.items() if k.endswith(".parquet"))
+    assert narrow.startswith("its columns lack email, credit_limit, is_active, created_at")
+    assert outcome["ignored"] == [("change_tables/dbo_customers/extra.csv: column(s) loyalty not declared for capture "
+                                  "instance dbo_customers, not applied")]
+    assert outcome["counts"] == {("change_tables", "dbo_customers"): 1}
+    assert [r["row_values"]["loyalty"] for r in _landed(pipeline, "drift")] == ["gold"]

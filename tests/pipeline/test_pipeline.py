@@ -4,11 +4,12 @@ the expected marts computed in Python."""
 from __future__ import annotations
 
 import io
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
 from cdc_simulator.simulate import Simulator, lsn_hex
-from runner import report
+from runner import cli, report
 from tests.conftest import last_execution, table_scans
 from tests.expected import check_marts, current_state
 from tests.scenarios import CHANGE_TABLES as TABLES
@@ -91,17 +92,20 @@ def test_lsn_time_mapping_as_of_and_window_validation_macros(pipeline, render):
         render(query % (lsn_hex(txs[0].begin_lsn), "FFFF0000000000000000"))
 
 
-def test_a_change_landed_twice_fails_the_staging_test_but_quarantined_copies_do_not(pipeline):
+def test_changes_landed_twice_apply_once_and_a_corrected_reexport_applies_its_missed_row(pipeline):
+    """The same change rows landed again (an export copied under another name, in a later run or
+    twice in one run): each is applied once, every other copy is quarantined naming the file of
+    the copy that was applied, and the run succeeds and says so. A copy whose rows are bad for
+    another reason keeps that reason. A corrected re-export of a range the marts moved past
+    applies the row the first export missed (the table's marts are rebuilt from staging)."""
     import csv
     import shutil
-
-    from runner.errors import PipelineFailed
 
     sim = Simulator(TABLES, seed=13)
     _land(pipeline, sim, sim.run(30), "b1", first=True)
     pipeline.run()
-    # a copy of order_lines' export whose every row is bad (quantity not a number): quarantined,
-    # so its rows do not count as duplicates of the trusted originals
+    # a copy of order_lines' export whose every row is bad (quantity not a number): quarantined
+    # for that reason, not as duplicates of the trusted originals
     source = pipeline.landing / "change_tables/sales_order_lines/b1.csv"
     with source.open(newline="") as f:
         rows = list(csv.DictReader(f))
@@ -111,16 +115,51 @@ def test_a_change_landed_twice_fails_the_staging_test_but_quarantined_copies_do_
         writer.writerows({**r, "quantity": "many"} for r in rows)
     summary = pipeline.run()
     assert {r["tracked_table"]: r["quarantined"] for r in summary}["order_lines"] == len(rows)
-    # the same export landed again under another name: the staging uniqueness test stops the run
-    shutil.copy(pipeline.landing / "change_tables/dbo_customers/b1.parquet",
-                pipeline.landing / "change_tables/dbo_customers/b1-again.parquet")
-    with pytest.raises(PipelineFailed, match="tracked_table_checks_customers_current"):
-        pipeline.run()
+    # the same export landed again under another name, in a later run
+    folder = pipeline.landing / "change_tables/dbo_customers"
+    shutil.copy(folder / "b1.parquet", folder / "b1-again.parquet")
+    customers = pipeline.rows("select count(*) as n from {s}.stg_change_tables__customers")[0]["n"]
+    summary = pipeline.run()
+    assert {r["tracked_table"]: r["quarantined"] for r in summary}["customers"] == customers
+    reasons = pipeline.rows("select distinct quarantine_reason from {s}.stg_change_tables__customers "
+                            "where _source_file like '%b1-again.parquet'")
+    assert reasons == [{"quarantine_reason": "duplicate of the change row landed from change_tables/dbo_customers/b1.parquet"}]
+    check_marts(pipeline, sim, sim.transactions[-1].commit_lsn)
+    # a new export landed twice in one run: applied once, the other copy quarantined
+    txs = sim.run(20)
+    _land(pipeline, sim, txs, "b2")
+    shutil.copy(folder / "b2.parquet", folder / "b2-copy.parquet")
+    new = sum(len(tx.changes.get("customers", [])) for tx in txs)
+    summary = pipeline.run()
+    assert {r["tracked_table"]: r["quarantined"] for r in summary}["customers"] == new
+    check_marts(pipeline, sim, txs[-1].commit_lsn)
+    quarantined = pipeline.rows("select _source_file, quarantine_reason from {s}.stg_change_tables__customers "
+                                "where quarantine_reason like 'duplicate%' and _source_file like '%b2%'")
+    files = {r["_source_file"] for r in quarantined}
+    assert len(files) == 1 and len(quarantined) == new
+    (applied,) = {"change_tables/dbo_customers/b2.parquet", "change_tables/dbo_customers/b2-copy.parquet"} - files
+    assert {r["quarantine_reason"] for r in quarantined} == {f"duplicate of the change row landed from {applied}"}
+    # a corrected re-export: the first export of a range missed a change row, and the marts moved
+    # past it; the re-export lands the row below their watermark, which rebuilds that table's marts
+    txs = sim.run(20)
+    _land(pipeline, sim, txs, "b3")
+    export = pipeline.landing / "change_tables/sales_order_lines/b3.csv"
+    whole = export.read_text()
+    lines = whole.splitlines(keepends=True)
+    assert len(lines) > 3
+    export.write_text("".join(lines[:-1]))
+    pipeline.run()
+    (export.parent / "b3-corrected.csv").write_text(whole)
+    output = io.StringIO()
+    summary = pipeline.run(progress=report.Progress(stream=output))
+    assert "order_lines: changes landed at or below its marts' watermark" in output.getvalue()
+    assert {r["tracked_table"]: r["quarantined"] for r in summary}["order_lines"] == len(lines) - 2
+    check_marts(pipeline, sim, txs[-1].commit_lsn)
 
 
-def test_batches_build_marts_reading_only_their_batch_a_rerun_changes_nothing_a_full_refresh_equals_them(pipeline):
-    """Three batches, a run after each: the marts equal the source at the run's bound, each run
-    applies its batch's changes; staging decodes each landed row once, every scan of the staged
+def test_batches_build_marts_reading_only_their_batch_a_rerun_changes_nothing_a_full_refresh_equals_them(pipeline, monkeypatch):
+    """Three batches, a run after each (the last with the runner's clock an hour behind): the marts
+    equal the source at the run's bound, each run applies its batch's changes; staging decodes each landed row once, every scan of the staged
     table during a later run reads only that run's batch (Spark's metrics), and the run ledger
     holds one succeeded row per run with what it landed and applied. A run over the same files
     then lands and changes nothing; a full refresh (all tables, then one table's staging and
@@ -133,7 +172,14 @@ def test_batches_build_marts_reading_only_their_batch_a_rerun_changes_nothing_a_
         _land(pipeline, sim, txs, f"b{i}", first=i == 0)
         before = last_execution(spark)
         output = io.StringIO()
+        if i == 2:  # a VM restored from a snapshot: batch ids from the clock would sort before the last run's
+            behind = (datetime.now(timezone.utc) - timedelta(hours=1)).strftime("%Y%m%dT%H%M%S%fZ") + "-behind"
+            monkeypatch.setattr(cli, "_batch_id", lambda behind=behind: behind)
+            previous_run = pipeline.rows("select max(run_id) as r from {s}.cdc_runs")[0]["r"]
         summary = pipeline.run(progress=report.Progress(stream=output))
+        if i == 2:
+            monkeypatch.undo()
+            assert "this machine's clock is behind the last landed batch or recorded run" in output.getvalue()
         # exports without manifests follow the lsn_time_mapping alone, and the run says so
         assert ("WARNING capture instance(s) dbo_customers, sales_order_lines land without export manifests"
                 in output.getvalue())
@@ -141,6 +187,8 @@ def test_batches_build_marts_reading_only_their_batch_a_rerun_changes_nothing_a_
         assert {r["lsn_reached"] for r in summary if r["tracked_table"] in NAMES} == {lsn_hex(txs[-1].commit_lsn)}
         assert all(r["quarantined"] == 0 for r in summary)
         run = pipeline.rows("select * from {s}.cdc_runs order by run_id desc limit 1")[0]
+        if i == 2:
+            assert run["run_id"] > previous_run and run["run_id"].endswith("-behind")
         batch_rows = pipeline.rows(f"select count(*) as n from {staged} where _batch_id = '{run['run_id']}'")[0]["n"]
         landed = sum(len(tx.changes.get("customers", [])) for tx in txs)
         assert batch_rows == landed > 0

@@ -234,6 +234,54 @@ def test_cleanup_beyond_the_watermark_stops_the_table_with_the_remedy_and_the_ot
     assert lsn_increment("FFFFFFFFFFFFFFFFFFFF") is None and lsn_increment(lsn(1)) == lsn(2)
 
 
+def test_a_refused_export_holds_its_tables_marts_until_a_whole_copy_lands_or_it_is_removed():
+    """A refused file of a capture instance (cut short, columns missing, a path Spark cannot read)
+    holds that table's marts: were they to move past the changes it holds, its whole copy would
+    land below their watermark and never apply. Other tables go on; a refused snapshot or event
+    file holds nothing (snapshots land whole with their manifest; events apply below the mark)."""
+    refused = ("change_tables/DBO_Customers/e4.parquet: not a whole Parquet file",
+               "change_tables/dbo_customers/at 12:05.csv: its path holds ':'",
+               "snapshots/orders/s.csv: not a whole Parquet file", "ces/x.jsonl: cut short")
+    f = facts(arrived=arrived(cdc_metadata__lsn_time_mapping=(11, 20), change_tables__dbo_customers=(11, 19),
+                              change_tables__dbo_orders=(12, 19)), refused=refused)
+    p = plan_run(f)
+    assert not p.tables["customers"].apply and p.tables["orders"].apply
+    assert p.tables["customers"].gap.startswith("tracked table customers waits: change_tables/DBO_Customers/e4.parquet "
+                                                "(and 1 more) was refused")
+    assert "Replace it with a whole copy under the same name, or remove it" in p.tables["customers"].gap
+    assert p.tables["orders"].gap is None and p.tables["employees"].gap is None
+    out = advance(p, f, [NodeResult(m, "model", "success") for m in p.build])
+    assert out.status == "failed" and out.failed == [f"table customers: {p.tables['customers'].gap}"]
+    assert out.watermarks["customers_current"].lsn == lsn(10) and out.watermarks["orders_current"].lsn == lsn(20)
+    # nothing new landed: a table held by a file still refused does not move to the bound either
+    again = facts("b3", previous=previous(20, "b2"), watermarks={**out.watermarks}, refused=refused[:1])
+    assert advance(plan_run(again), again, []).watermarks["customers_current"].lsn == lsn(10)
+    removed = facts("b3", previous=previous(20, "b2"), watermarks={**out.watermarks})
+    assert advance(plan_run(removed), removed, []).watermarks["customers_current"].lsn == lsn(20)
+
+
+def test_changes_arriving_at_or_below_the_watermark_rebuild_that_tables_marts():
+    """A corrected re-export or an export later than its lsn_time_mapping lands changes the marts
+    already moved past: that table's marts are rebuilt from staging (which holds every landed
+    change), the others apply their window as usual; snapshots and a first build are not late."""
+    f = facts(arrived=arrived(cdc_metadata__lsn_time_mapping=(11, 20), change_tables__dbo_customers=(4, 7),
+                              change_tables__dbo_orders=(11, 19)))
+    p = plan_run(f)
+    assert p.tables["customers"].late == lsn(4) and p.tables["customers"].apply
+    assert p.models["customers_current"].full and p.models["customers_history"].full
+    assert p.models["customers_current"].upper_lsn == lsn(20)
+    assert p.tables["orders"].late is None and not p.models["orders_current"].full
+    # at the watermark is late too; above it is not
+    assert plan_run(facts(arrived=arrived(change_tables__dbo_customers=(10, 12)))).tables["customers"].late == lsn(10)
+    assert plan_run(facts(arrived=arrived(change_tables__dbo_customers=(11, 12)))).tables["customers"].late is None
+    # a first build is not late; neither is a snapshot below the marts (it is stale, and named)
+    assert plan_run(facts(arrived=arrived(change_tables__dbo_customers=(4, 7)), watermarks={},
+                          relations=frozenset())).tables["customers"].late is None
+    assert plan_run(facts(arrived=arrived(snapshots__customers=(4, 4)))).tables["customers"].late is None
+    out = advance(p, f, [NodeResult(m, "model", "success") for m in p.build])
+    assert out.status == "succeeded" and out.watermarks["customers_current"].lsn == lsn(20)
+
+
 def test_nothing_landed_and_every_mart_at_its_bound_is_nothing_to_do():
     p = plan_run(facts())
     assert p.status == "nothing_to_do" and p.build == []
