@@ -287,8 +287,11 @@ def main(argv: list[str] | None = None, kafka_sources: list | None = None) -> in
                     return EXIT_OK
                 last_run.forget()  # a run that does not succeed leaves no record
             if target.method == "session":
+                if stopped := held.stop_orphan_jvm():
+                    progress.step(stopped)
                 progress.step(f"starting Spark (target {target.name})")
-                create_session(target, args.project_dir)  # dbt-spark's session method reuses it
+                spark = create_session(target, args.project_dir)  # dbt-spark's session method reuses it
+                held.record_jvm(spark._jvm.java.lang.ProcessHandle.current().pid())
             else:
                 progress.step(f"target {target.name}: sending SQL to Spark through dbt-spark method {target.method}")
             if args.command == "audit":

@@ -5,6 +5,12 @@ it ends, so a lock left by a killed run is never stale; the file also records wh
 pid, start time, target), which a second runner prints when it refuses to start. A runner that
 acquires a file still naming a holder knows that holder died without releasing it and says so.
 
+A run's Spark lives in a JVM of its own, which outlives a Python process killed alone (it stops
+only when it notices its parent's pipe closed, and may still be committing). The holder record
+names that JVM (pid and start time, `record_jvm`), and a runner that takes over a lock whose
+holder died first waits for that JVM to end, then kills it (`stop_orphan_jvm`), so two runs never
+write the warehouse at once, whatever was killed.
+
 Where the lock lives: for an embedded (`session`) target, in its state folder beside the metastore
 and warehouse; for a server target (`thrift`, `http`), in the project's `.state/locks/`, one file per
 server address and schema, so it excludes runners on this machine only (docs/operations.md "One runner at a
@@ -16,6 +22,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import signal
 import socket
 import time
 from datetime import datetime, timezone
@@ -42,6 +49,7 @@ class RunnerLock:
         self.path = path
         self.target_name = target_name
         self._fd: int | None = None
+        self._holder: dict = {}
         self.previous: dict | None = None  # the holder recorded by a run that died holding it
 
     def acquire(self, wait_seconds: float = 0, progress=None) -> RunnerLock:
@@ -67,10 +75,35 @@ class RunnerLock:
                 time.sleep(min(1.0, max(0.05, deadline - time.monotonic())))
         self._fd = fd
         self.previous = _read(fd)
-        _write(fd, {"host": socket.gethostname(), "pid": os.getpid(),
-                    "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                    "target": self.target_name})
+        self._holder = {"host": socket.gethostname(), "pid": os.getpid(),
+                        "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "target": self.target_name}
+        _write(fd, self._holder)
         return self
+
+    def record_jvm(self, pid: int) -> None:
+        """Names the run's JVM in the holder record (see the module's docstring)."""
+        if self._fd is not None and (started := process_start(pid)) is not None:
+            self._holder = {**self._holder, "jvm_pid": pid, "jvm_started": started}
+            _write(self._fd, self._holder)
+
+    def stop_orphan_jvm(self, wait_seconds: float = 10.0) -> str | None:
+        """When the previous holder died holding the lock and its JVM (same host, same pid and
+        start time) still runs: waits up to wait_seconds for it to end, then kills it; returns
+        what happened, or None."""
+        holder = self.previous or {}
+        pid, started = holder.get("jvm_pid"), holder.get("jvm_started")
+        if not pid or holder.get("host") != socket.gethostname() or process_start(pid) != started:
+            return None
+        deadline = time.monotonic() + wait_seconds
+        while process_start(pid) == started and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if process_start(pid) != started:
+            return f"waited for the JVM (pid {pid}) of the runner that ended without releasing the lock to end"
+        os.kill(pid, signal.SIGKILL)
+        while process_start(pid) == started:
+            time.sleep(0.05)
+        return (f"killed the JVM (pid {pid}) of the runner that ended without releasing the lock: it still ran "
+                f"{wait_seconds:g} s after taking over")
 
     def release(self) -> None:
         if self._fd is None:
@@ -92,6 +125,17 @@ def describe_previous(lock: RunnerLock) -> str | None:
     if not lock.previous:
         return None
     return f"took over the lock of a runner that ended without releasing it ({_describe(lock.previous)})"
+
+
+def process_start(pid: int) -> int | None:
+    """A process's start time (clock ticks after boot, from /proc: with the pid it names one
+    process, whatever pid reuse does), or None when it does not run or /proc has no record."""
+    try:
+        stat = Path(f"/proc/{int(pid)}/stat").read_text()
+    except (OSError, ValueError):
+        return None
+    fields = stat[stat.rindex(")") + 2:].split()
+    return None if fields[0] == "Z" else int(fields[19])
 
 
 def _read(fd: int) -> dict | None:

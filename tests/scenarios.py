@@ -4,6 +4,7 @@ own, the Debezium `items` table, and the `members` table of the capture-instance
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -80,15 +81,23 @@ class Warehouse:
         assert "HiveAlterHandler" not in out, "the metastore refused a replaced table's schema (profiles.yml)"
         return out
 
-    def kill_when(self, condition, what: str) -> str:
-        """Starts a run and SIGKILLs its process tree (Python and the JVM) as soon as condition()
-        holds; returns the run's output."""
+    def kill_when(self, condition, what: str, python_only: bool = False) -> str:
+        """Starts a run and SIGKILLs its process tree (Python and the JVM; python_only: the Python
+        process alone, its JVM left running, frozen: no output then) as soon as condition() holds;
+        returns the run's output."""
         proc = self.start()
         deadline = time.monotonic() + TIMEOUT
         while not condition():
             assert proc.poll() is None, f"the run ended before {what}: {proc.stdout.read()[-3000:]}"
             assert time.monotonic() < deadline, f"no {what} within {TIMEOUT} s"
             time.sleep(0.02)
+        if python_only:  # its JVM frozen first, as one stuck in its shutdown (it ends at once when its pipe closes)
+            jvm = json.loads((self.state / "runner.lock").read_text())["jvm_pid"]
+            os.kill(jvm, signal.SIGSTOP)
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=60)  # its output pipe stays open while the JVM holds it
+            proc.stdout.close()
+            return ""
         os.killpg(proc.pid, signal.SIGKILL)
         out, _ = proc.communicate(timeout=60)
         return out

@@ -10,10 +10,12 @@ metastore admits one JVM); this test's session reads their Delta tables by path.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
 from cdc_simulator.simulate import Simulator
+from runner.lock import process_start
 from tests.conftest import EVENT_TABLES, copy_project
 from tests.expected import current_state, history
 from tests.scenarios import CHANGE_TABLES, TIMEOUT, Warehouse
@@ -110,6 +112,21 @@ def test_killed_runs_rerun_to_the_same_marts_readers_see_whole_commits_one_runne
     assert "before" in seen, "the reader never read during the run"
     assert "took over the lock of a runner that ended without releasing it" in out
     _check(wh, sim, after, records)
+
+    # 1b. the Python process alone killed inside a mart's MERGE while its JVM is stuck (frozen:
+    #     a JVM whose pipe closes normally ends within a second): the next runner, taking over the
+    #     lock, stops that JVM before its own Spark starts; nothing is lost or applied twice
+    batch = sim.run(10)
+    wh.land(batch, "b2b")
+    records += _records(sim, batch)
+    files = wh.data_files("customers_current")
+    wh.kill_when(lambda: wh.data_files("customers_current") > files, "MERGE into customers_current", python_only=True)
+    jvm = json.loads((tmp_path / "state" / "runner.lock").read_text())["jvm_pid"]
+    assert process_start(jvm) is not None
+    out = wh.run()
+    assert f"killed the JVM (pid {jvm}) of the runner that ended without releasing the lock" in out, out[-3000:]
+    assert process_start(jvm) is None
+    _check(wh, sim, sim.transactions[-1].commit_lsn, records)
 
     # 2. killed inside a mart's MERGE (data files written, commit not yet); 3. its re-run killed
     #    after the last mart committed, before the watermarks were recorded; 4. that run's re-run
