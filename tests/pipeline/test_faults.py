@@ -11,6 +11,8 @@ metastore admits one JVM); this test's session reads their Delta tables by path.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import threading
 import time
 
@@ -123,7 +125,11 @@ def test_killed_runs_rerun_to_the_same_marts_readers_see_whole_commits_one_runne
     wh.kill_when(lambda: wh.data_files("customers_current") > files, "MERGE into customers_current", python_only=True)
     jvm = json.loads((tmp_path / "state" / "runner.lock").read_text())["jvm_pid"]
     assert process_start(jvm) is not None
-    out = wh.run()
+    try:
+        out = wh.run()
+    finally:  # a frozen JVM must not outlive a failing test
+        if process_start(jvm) is not None:
+            os.kill(jvm, signal.SIGKILL)
     assert f"killed the JVM (pid {jvm}) of the runner that ended without releasing the lock" in out, out[-3000:]
     assert process_start(jvm) is None
     _check(wh, sim, sim.transactions[-1].commit_lsn, records)
