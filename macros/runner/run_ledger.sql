@@ -99,11 +99,14 @@
     (`given`, e.g. 20261125T144641017837Z-a0c8d5) unless a batch already landed or a run already
     recorded (other than `given` itself) is at or above it, e.g. after the clock stepped back;
     then one microsecond after the largest of those, with given's suffix. So a clock that steps
-    back changes nothing. Reads the ledger's and the raw table's largest ids (one column each). -#}
+    back changes nothing. Reads the ledger's largest run id, then the raw table's batches after it
+    only. -#}
 {% macro monotonic_batch_id(given, raw) -%}
-    {%- set ledger = sqlserver_cdc.ledger_relation() -%}
-    {%- set last = run_query("select greatest(coalesce((select max(run_id) from " ~ ledger ~ "), ''), coalesce((select max(_batch_id) from "
-        ~ raw ~ " where _batch_id != " ~ sqlserver_cdc._sql_string(given) ~ "), ''))").rows[0][0] -%}
+    {%- set recorded = run_query("select coalesce(max(run_id), '') from " ~ sqlserver_cdc.ledger_relation()).rows[0][0] -%}
+    {#- batches landed after the last recorded run (a killed run's): Delta skips every other file -#}
+    {%- set landed = run_query("select coalesce(max(_batch_id), '') from " ~ raw ~ " where _batch_id > "
+        ~ sqlserver_cdc._sql_string(recorded) ~ " and _batch_id != " ~ sqlserver_cdc._sql_string(given)).rows[0][0] -%}
+    {%- set last = [recorded, landed] | max -%}
     {%- if given > last -%}{{ return(given) }}{%- endif -%}
     {%- set suffix = given.split('-')[-1] -%}
     {%- set stamp = modules.datetime.datetime.strptime(last[:22], '%Y%m%dT%H%M%S%fZ') -%}
