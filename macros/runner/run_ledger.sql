@@ -102,6 +102,14 @@
     back changes nothing. Reads the ledger's largest run id, then the raw table's batches after it
     only. -#}
 {% macro monotonic_batch_id(given, raw) -%}
+    {{ return(adapter.dispatch('monotonic_batch_id', 'sqlserver_cdc')(given=given, raw=raw)) }}
+{%- endmacro %}
+
+{% macro default__monotonic_batch_id(given, raw) -%}
+    {{ exceptions.raise_compiler_error(sqlserver_cdc._not_supported('monotonic_batch_id')) }}
+{%- endmacro %}
+
+{% macro spark__monotonic_batch_id(given, raw) -%}
     {%- set recorded = run_query("select coalesce(max(run_id), '') from " ~ sqlserver_cdc.ledger_relation()).rows[0][0] -%}
     {#- batches landed after the last recorded run (a killed run's): Delta skips every other file -#}
     {%- set landed = run_query("select coalesce(max(_batch_id), '') from " ~ raw ~ " where _batch_id > "
