@@ -23,6 +23,7 @@
     {%- for field in ['key', 'columns'] + channels[raw.channel] if field not in raw -%}
         {{ exceptions.raise_compiler_error("tracked table '" ~ table_name ~ "': missing '" ~ field ~ "' (channel " ~ raw.channel ~ ")") }}
     {%- endfor -%}
+    {{ sqlserver_cdc._check_declared_names(table_name, raw) }}
     {%- set names = raw.columns | map(attribute='name') | map('lower') | list -%}
     {%- set several = raw.get('capture_instances') is not none -%}
     {%- set columns = [] -%}
@@ -150,4 +151,51 @@
         {%- do options.update({name: value}) -%}
     {%- endfor -%}
     {{ return(options) }}
+{%- endmacro %}
+
+{#- Declared names reach generated SQL as they are (docs/tables.md "Names"): the table's and its
+    columns' names as identifiers, capture instances, source names and topics inside string
+    literals. Refuses, naming the table and the name, what would not parse or would mean
+    something else: an identifier that is not letters, digits and underscores starting with a
+    letter (a SQL Server name like [Order Date] or o'name is aliased in the export's SELECT),
+    one starting with an underscore or equal to a column the package adds (commit_lsn,
+    operation, valid_from ...), a Spark literal or niladic function (true, current_date ...), two
+    columns equal but for case (Spark's names are case-insensitive); a quote, backslash or control
+    character in a literal name. -#}
+{% macro _check_declared_names(table_name, raw) -%}
+    {%- set re = modules.re -%}
+    {%- set added = ['capture_instance', 'change_lsn', 'changed_columns', 'command_id', 'commit_lsn', 'commit_time',
+        'is_current', 'is_deleted', 'landed_record', 'operation', 'operation_code', 'quarantine_reason',
+        'update_mask', 'valid_from', 'valid_from_lsn', 'valid_to', 'valid_to_lsn'] -%}
+    {%- set spark = ['true', 'false', 'null', 'current_date', 'current_time', 'current_timestamp', 'current_user',
+        'session_user', 'user'] -%}
+    {%- set remedy = "; name it with letters, digits and underscores (alias the SQL Server column in the export's SELECT, e.g. [Order Date] AS order_date, and in the declaration)" -%}
+    {%- if not re.fullmatch('[A-Za-z][A-Za-z0-9_]*', table_name | string) -%}
+        {{ exceptions.raise_compiler_error("tracked table '" ~ table_name ~ "': a table's name names its models, so it must be letters, digits and underscores starting with a letter") }}
+    {%- endif -%}
+    {%- set seen = [] -%}
+    {%- for column in raw.get('columns') or [] if column is mapping and column.name is defined -%}
+        {%- set name = column.name | string -%}
+        {%- if not re.fullmatch('[A-Za-z_][A-Za-z0-9_]*', name) -%}
+            {{ exceptions.raise_compiler_error("tracked table '" ~ table_name ~ "': column name '" ~ name ~ "' is not a plain identifier" ~ remedy) }}
+        {%- elif name.startswith('_') or name | lower in added -%}
+            {{ exceptions.raise_compiler_error("tracked table '" ~ table_name ~ "': column name '" ~ name ~ "' is one the package adds to staging and the marts (" ~ added | join(', ') ~ ", and names starting with _)" ~ remedy) }}
+        {%- elif name | lower in spark -%}
+            {{ exceptions.raise_compiler_error("tracked table '" ~ table_name ~ "': column name '" ~ name ~ "' is a Spark SQL literal or function, not read as a column" ~ remedy) }}
+        {%- elif name | lower in seen -%}
+            {{ exceptions.raise_compiler_error("tracked table '" ~ table_name ~ "': two columns are named '" ~ name ~ "' but for case; Spark's names are case-insensitive" ~ remedy) }}
+        {%- endif -%}
+        {%- do seen.append(name | lower) -%}
+    {%- endfor -%}
+    {%- set literals = [('capture_instance', raw.get('capture_instance')), ('source_database', raw.get('source_database')),
+        ('source_schema', raw.get('source_schema')), ('source_table', raw.get('source_table')), ('topic', raw.get('topic'))] -%}
+    {%- set instances = raw.get('capture_instances') -%}
+    {%- if instances is iterable and instances is not string and instances is not mapping -%}
+        {%- for instance in instances if instance is mapping -%}
+            {%- do literals.append(('capture_instances', instance.get('name'))) -%}
+        {%- endfor -%}
+    {%- endif -%}
+    {%- for field, value in literals if value is not none and re.search("['\\\\\x00-\x1f]", value | string) -%}
+        {{ exceptions.raise_compiler_error("tracked table '" ~ table_name ~ "': " ~ field ~ " '" ~ value ~ "' holds a quote, backslash or control character, which the landing folders and generated SQL cannot carry; rename it (a capture instance: sys.sp_cdc_enable_table's @capture_instance)") }}
+    {%- endfor -%}
 {%- endmacro %}

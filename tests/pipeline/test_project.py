@@ -85,3 +85,27 @@ def test_a_declaration_mistake_is_an_error_naming_the_table_and_the_field():
     with pytest.raises(AssertionError, match="tracked table 'customers': column 'location' has type 'geography', "
                                              "which is not a supported SQL Server type"):
         compile_sql("{{ sqlserver_cdc.tracked_table('customers') }}", {"cdc_tracked_tables": {**declared, "customers": bad}})
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"column": "[desc]"}, "column name '\\[desc\\]' is not a plain identifier; name it with letters, digits and underscores"),
+    ({"column": "o'name"}, "column name 'o'name' is not a plain identifier"),
+    ({"column": "Order Date"}, "column name 'Order Date' is not a plain identifier.*\\[Order Date\\] AS order_date"),
+    ({"column": "operation"}, "column name 'operation' is one the package adds to staging and the marts"),
+    ({"column": "_batch_id"}, "column name '_batch_id' is one the package adds"),
+    ({"column": "current_date"}, "column name 'current_date' is a Spark SQL literal or function"),
+    ({"column": "EMAIL"}, "two columns are named 'EMAIL' but for case"),
+    ({"capture_instance": "dbo_o'name"}, "capture_instance 'dbo_o'name' holds a quote, backslash or control character"),
+    ({"capture_instance": "dbo\\x"}, "capture_instance 'dbo.*x' holds a quote"),
+])
+def test_a_declared_name_that_generated_sql_cannot_carry_is_refused_naming_it(change, message):
+    """Issue "Nothing lost in silence": a declared column named [desc] or o'name used to fail with
+    a parse error inside generated SQL; it is refused at declaration with the remedy."""
+    declared = yaml.safe_load((PROJECT_DIR / "dbt_project.yml").read_text())["vars"]["cdc_tracked_tables"]
+    table = dict(declared["customers"])
+    if "column" in change:
+        table["columns"] = [*table["columns"], {"name": change["column"], "type": "int", "ordinal": 99}]
+    else:
+        table.update(change)
+    with pytest.raises(AssertionError, match=f"tracked table 'customers': {message}"):
+        compile_sql("{{ sqlserver_cdc.tracked_table('customers') }}", {"cdc_tracked_tables": {**declared, "customers": table}})
