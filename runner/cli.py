@@ -71,7 +71,7 @@ def _batch_id() -> str:
 def run_pipeline(project_dir: Path, target, landing_dir: Path, *, select: list[str] = (),
                  full_refresh: bool = False, upper_lsn: str | None = None, strict: bool = False,
                  progress=None, kafka_sources: list | None = None, accept_kafka_gap: list[str] = (),
-                 nodes: list | None = None) -> list[dict]:
+                 nodes: list | None = None, listed: dict[str, tuple[int, int]] | None = None) -> list[dict]:
     """Lands, plans, builds and reports one run; returns the summary rows (one per tracked table)
     and adds the build's node results (runner.plan.NodeResult) to `nodes` when given.
     Three dbt invocations on one parse of the project (docs/operations.md "The runner"): `run-operation
@@ -98,7 +98,8 @@ def run_pipeline(project_dir: Path, target, landing_dir: Path, *, select: list[s
         files = []
         progress.step(f"no landing folder {landing_dir}: no files to land (batch {batch_id})")
     else:
-        files = landing.files_to_land(landing_dir, landing.csv_dialects(project_dir), exported_columns(project_dir))
+        files = landing.files_to_land(landing_dir, landing.csv_dialects(project_dir), exported_columns(project_dir),
+                                      settled=listed)
         progress.step(f"landing new files from {landing_dir} (batch {batch_id})")
     clock = time.monotonic()
     begun = dbt.operation("sqlserver_cdc.begin_run", {
@@ -112,7 +113,8 @@ def run_pipeline(project_dir: Path, target, landing_dir: Path, *, select: list[s
         batch_id = facts.run_id
     the_plan = plan.plan_run(facts, plan.Options(
         upper_lsn=begun.get("upper_lsn"), full_refresh=full_refresh, select=tuple(select),
-        manifests_required=bool(begun.get("manifests_required")), stopped=tuple(stopped)))
+        manifests_required=bool(begun.get("manifests_required")), stopped=tuple(stopped),
+        unsettled=tuple(f["relative"] for f in files if f.get("unsettled"))))
     progress.step(f"landed {sum(facts.landed_now.values())} records from {len(facts.landed_now)} folders "
                   f"({time.monotonic() - clock:.1f} s with the plan's facts)")
     for line in report.landing_lines(facts, the_plan):
@@ -276,8 +278,10 @@ def main(argv: list[str] | None = None, kafka_sources: list | None = None) -> in
         with RunnerLock(lock_path(target, args.project_dir), target.name).acquire(args.wait, progress) as held:
             if describe_previous(held):
                 progress.step(describe_previous(held))
+            listed = None
             if args.command != "audit" and not (kafka_sources and not _landing_dir(args).exists()):
-                landing.discover(_landing_dir(args))
+                # the first of two listings: a file that changes before landing's is still being written
+                listed = landing.listing(_landing_dir(args))
             last_run = _last_run(args, target, held, bool(kafka_sources))
             if last_run:
                 if recorded := last_run.unchanged_since():
@@ -300,7 +304,7 @@ def main(argv: list[str] | None = None, kafka_sources: list | None = None) -> in
                 args.project_dir, target, _landing_dir(args),
                 select=getattr(args, "select", []), full_refresh=getattr(args, "full_refresh", False),
                 upper_lsn=getattr(args, "upper_lsn", None), strict=getattr(args, "strict", False), progress=progress,
-                kafka_sources=kafka_sources, accept_kafka_gap=getattr(args, "accept_kafka_gap", []),
+                kafka_sources=kafka_sources, accept_kafka_gap=getattr(args, "accept_kafka_gap", []), listed=listed,
             )
             if last_run:
                 last_run.remember()

@@ -106,8 +106,25 @@ def raw_table(raw_schema: str) -> str:
     return f"{raw_schema}.{RAW_TABLE}"
 
 
+def listing(landing_dir: Path) -> dict[str, tuple[int, int]]:
+    """Each landable file's (size, modification time in ns), by its path under the landing folder:
+    the runner's first listing, which files_to_land compares its own with (see `settled`)."""
+    return {f.relative: _stamp(f.path) for f in discover(landing_dir)}
+
+
+def _stamp(path: Path) -> tuple[int, int]:
+    stat = path.stat()
+    return stat.st_size, stat.st_mtime_ns
+
+
+UNSETTLED = ("still being written: its size or modification time changed (or it appeared) between the run's two "
+             "listings of the landing folder; it lands with a run that finds it unchanged (an export manifest listing "
+             "it lands it at once)")
+
+
 def files_to_land(landing_dir: Path, csv_dialects: dict[str, dict[str, str]] | None = None,
-                  exported_columns: dict[str, list[str]] | None = None) -> list[dict[str, object]]:
+                  exported_columns: dict[str, list[str]] | None = None,
+                  settled: dict[str, tuple[int, int]] | None = None) -> list[dict[str, object]]:
     """The landing folder's files as the macro land_files takes them (it skips those landed):
     each {kind, entity, path, relative, format, size, modified_ms}, a CSV file with `csv`
     (see csv_options), plus `refused` (why the file must not land) or `waiting`
@@ -115,14 +132,17 @@ def files_to_land(landing_dir: Path, csv_dialects: dict[str, dict[str, str]] | N
     with `files` (the listed files' relative paths) and `rows_by_file`. land_files acts on these
     only for files not landed yet. csv_dialects: the var cdc_csv_dialects (see csv_dialects).
     exported_columns (runner/project.py exported_columns): a CSV or Parquet export of a declared
-    capture instance carries `expected_columns`, which land_files checks its columns against."""
+    capture instance carries `expected_columns`, which land_files checks its columns against.
+    settled: an earlier listing (see `listing`, the runner takes it before Spark starts); a file
+    that is not in it, or whose size or time differs, is still being written: it waits (`unsettled`)
+    unless a manifest lists it, since a copy landed half-written would be refused as changed for good."""
     found = discover(landing_dir)
     entries = {}
     for f in found:
         stat = f.path.stat()
         entry = entries[f.relative] = {"kind": f.kind, "entity": f.entity, "path": str(f.path.resolve()),
                                        "relative": f.relative, "format": f.fmt, "size": stat.st_size,
-                                       "modified_ms": stat.st_mtime_ns // 1_000_000}
+                                       "modified_ms": stat.st_mtime_ns // 1_000_000, "modified_ns": stat.st_mtime_ns}
         folder = f"{f.kind}/{f.entity}".lower()
         if f.fmt in ("csv", "parquet") and folder in (exported_columns or {}):
             entry["expected_columns"] = exported_columns[folder]
@@ -146,6 +166,9 @@ def files_to_land(landing_dir: Path, csv_dialects: dict[str, dict[str, str]] | N
     for f in found:
         entry = entries[f.relative]
         if f.relative in listed or "refused" in entry:
+            continue
+        if settled is not None and settled.get(f.relative) != (entry["size"], entry["modified_ns"]):
+            entry["waiting"], entry["unsettled"] = UNSETTLED, True
             continue
         if f.kind == "snapshots":
             entry["waiting"] = "a snapshot lands only with its manifest (snapshot_lsn and the files' row counts)"

@@ -5,7 +5,7 @@
     landing folder, recorded as _source_file), format (csv, parquet or json), size (bytes),
     modified_ms (modification time, epoch milliseconds)}. A file is identified by its relative
     path, size and modification time: one already landed is skipped; one whose path was landed
-    with another size or time fails the batch before anything lands (exports are immutable).
+    with another size or time is refused alone (exports are immutable; the remedy is in its reason).
     Each file is read through its own temporary view (so every record carries its file as a
     literal, without input_file_name(), and each CSV file is read with its own header):
     csv as text with the header and dialect the runner read (RFC 4180 unless its folder declares
@@ -34,15 +34,17 @@
         {%- do seen.update({row[0]: [row[1], row[2]]}) -%}
     {%- endfor -%}
     {%- set new = [] -%}
-    {%- set changed = [] -%}
     {%- set refused = {} -%}
     {%- set waiting = [] -%}
     {%- for file in files -%}
         {%- do sqlserver_cdc._check_landing_file(file) -%}
         {%- if file.relative in seen -%}
             {%- if seen[file.relative] != [file.size, file.modified_ms] -%}
-                {%- do changed.append(file.relative ~ ' (landed: ' ~ seen[file.relative][0] ~ ' bytes modified at '
-                    ~ seen[file.relative][1] ~ ' ms; now: ' ~ file.size ~ ' bytes modified at ' ~ file.modified_ms ~ ' ms)') -%}
+                {%- do refused.update({file.relative: 'changed since it was landed (landed: ' ~ seen[file.relative][0]
+                    ~ ' bytes modified at ' ~ seen[file.relative][1] ~ ' ms; now: ' ~ file.size ~ ' bytes modified at '
+                    ~ file.modified_ms ~ ' ms): it was landed while still being written, or replaced. Exports are immutable: '
+                    ~ 'put the whole file under a new name (with a new manifest if one lists it); it lands whole and the rows '
+                    ~ 'landed from the first copy are taken once. Then remove this one'}) -%}
             {%- endif -%}
         {%- elif file.get('refused') -%}
             {%- do refused.update({file.relative: file.refused}) -%}
@@ -52,10 +54,6 @@
             {%- do new.append(file) -%}
         {%- endif -%}
     {%- endfor -%}
-    {%- if changed -%}
-        {{ exceptions.raise_compiler_error("land_files: " ~ changed | length ~ " landed file(s) changed since they were landed: "
-            ~ changed[:5] | join('; ') ~ ". Exports are immutable: land the corrected export under a new name; nothing was landed") }}
-    {%- endif -%}
     {%- set views = {} -%}
     {%- set described = {} -%}
     {%- set ignored = [] -%}

@@ -6,6 +6,8 @@ whole but Spark cannot read fails the batch with Spark's reason."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from runner import landing
@@ -63,16 +65,35 @@ def test_records_land_as_text_once_per_file(pipeline):
     assert identity == [{"_source_file": "change_tables/dbo_things/we[ir]d {it's}.csv", "_source_size": csv.stat().st_size,
                          "_source_modified_ms": csv.stat().st_mtime_ns // 1_000_000}]
 
-    # a landed file that changed (size or time) is refused, naming it; nothing of the batch lands
+    # a landed file that changed (size or time) is refused alone, naming it and the remedy; the rest lands
     (folder / "new.csv").write_text("Id\n9\n")
     csv.write_text("Id,Note\n3,three\n4,four\n")
-    with pytest.raises(InfrastructureError, match=r"1 landed file\(s\) changed since they were landed: "
-                       r"change_tables/dbo_things/we\[ir\]d \{it's\}.csv \(landed: 19 bytes.*now: 23 bytes.*"
-                       r"Exports are immutable: land the corrected export under a new name"):
-        landing.land(dbt, pipeline.landing, pipeline.target.raw_schema, "b2b")
-    assert _landed(pipeline, "b2b") == []
+    outcome = landing.land(dbt, pipeline.landing, pipeline.target.raw_schema, "b2b")
+    assert outcome["counts"] == {("change_tables", "dbo_things"): 1}
+    assert len(outcome["refused"]) == 1 and re.match(
+        r"change_tables/dbo_things/we\[ir\]d \{it's\}.csv: changed since it was landed \(landed: 19 bytes.*now: 23 bytes.*"
+        r"Exports are immutable: put the whole file under a new name", outcome["refused"][0]), outcome["refused"]
+    assert [r["_source_file"] for r in _landed(pipeline, "b2b")] == ["change_tables/dbo_things/new.csv"]
     (folder / "new.csv").unlink()
     csv.unlink()
+
+    # a file whose size or time changed between the runner's two listings (still being written), or
+    # that appeared after the first, waits; one that a second listing finds unchanged lands
+    (folder / "growing.csv").write_text("Id\n7\n")
+    (folder / "steady.csv").write_text("Id\n11\n")
+    first = landing.listing(pipeline.landing)
+    with (folder / "growing.csv").open("a") as growing:
+        growing.write("8\n")
+    (folder / "appeared.csv").write_text("Id\n10\n")
+    files = {f["relative"]: f for f in landing.files_to_land(pipeline.landing, settled=first)}
+    assert files["change_tables/dbo_things/growing.csv"]["waiting"].startswith("still being written")
+    assert files["change_tables/dbo_things/appeared.csv"].get("unsettled") is True
+    assert "waiting" not in files["change_tables/dbo_things/steady.csv"]
+    files = {f["relative"]: f for f in landing.files_to_land(pipeline.landing, settled=landing.listing(pipeline.landing))}
+    assert not any("waiting" in f for f in files.values())
+    (folder / "growing.csv").unlink()
+    (folder / "appeared.csv").unlink()
+    (folder / "steady.csv").unlink()
 
     # a file cut short (no Parquet footer) is refused before Spark reads it: the rest lands
     (folder / "broken.parquet").write_text("not parquet")

@@ -260,6 +260,28 @@ def test_a_refused_export_holds_its_tables_marts_until_a_whole_copy_lands_or_it_
     assert advance(plan_run(removed), removed, []).watermarks["customers_current"].lsn == lsn(20)
 
 
+def test_an_export_still_being_written_holds_its_tables_marts_without_failing_the_run():
+    """A file the runner's two listings saw change (still being written) waits: were its table's
+    marts to move past its LSNs this run, its rows would land below their watermark. The run does
+    not fail (a file being written is no error); other tables go on; once it lands, they move."""
+    unsettled = ("change_tables/dbo_customers/e5.csv", "ces/now.jsonl")
+    f = facts(arrived=arrived(cdc_metadata__lsn_time_mapping=(11, 20), change_tables__dbo_customers=(11, 19),
+                              change_tables__dbo_orders=(12, 19)))
+    p = plan_run(f, Options(unsettled=unsettled))
+    assert not p.tables["customers"].apply and p.tables["orders"].apply and p.tables["customers"].gap is None
+    assert p.tables["customers"].waits == ("customers waits: change_tables/dbo_customers/e5.csv is still being written; "
+                                           "its marts stay where they are until it lands")
+    assert p.tables["orders"].waits is None and p.tables["employees"].waits is None
+    out = advance(p, f, [NodeResult(m, "model", "success") for m in p.build])
+    assert out.status == "succeeded" and out.failed == []
+    assert out.watermarks["customers_current"].lsn == lsn(10) and out.watermarks["orders_current"].lsn == lsn(20)
+    # the next run lands it: the customers' marts apply from where they stayed
+    landed = facts("b3", previous=previous(20, "b2"), watermarks={**out.watermarks},
+                   arrived=arrived(change_tables__dbo_customers=(13, 14)))
+    p = plan_run(landed)
+    assert p.tables["customers"].apply and p.models["customers_current"].lower_lsn == lsn(10)
+
+
 def test_changes_arriving_at_or_below_the_watermark_rebuild_that_tables_marts():
     """A corrected re-export or an export later than its lsn_time_mapping lands changes the marts
     already moved past: that table's marts are rebuilt from staging (which holds every landed
