@@ -176,6 +176,10 @@ class Facts:
     refused: tuple[str, ...] = ()
     waiting: tuple[str, ...] = ()
     ignored: tuple[str, ...] = ()  # "<file>: <columns> not declared ..." per file landed with extra columns
+    # per change-table table, the smallest commit LSN of its staged changes whose lsn_time_mapping
+    # row landed in these batches for the first time, at or below its marts' watermark: they were
+    # applied without a commit time (begin_run's _late_commit_times)
+    late_commit_times: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -185,6 +189,8 @@ class Options:
     select: tuple[str, ...] = ()  # a dbt selection given by the user (--select)
     manifests_required: bool = False  # var cdc_export_manifests: required
     stopped: tuple[str, ...] = ()  # why Kafka sources landed nothing (retention gaps)
+    # files the runner's two listings found still being written (runner/landing.py files_to_land)
+    unsettled: tuple[str, ...] = ()
 
 
 # ---- the plan ---------------------------------------------------------------------------------
@@ -241,6 +247,9 @@ class TablePlan:
     stage: bool = False
     apply: bool = False
     gap: str | None = None
+    # change tables: why the marts wait this run without failing it (an export of theirs is still
+    # being written: were they to move past its LSNs, its rows would land below their watermark)
+    waits: str | None = None
     # change tables: the smallest commit LSN that arrived at or below the marts' watermark, which
     # makes this run rebuild both marts from staging (see _late)
     late: str | None = None
@@ -426,7 +435,7 @@ def plan_run(facts: Facts, options: Options = Options()) -> Plan:
         if arrived:
             models[t.staging].lower_lsn = min(a.min_lsn or a.lsn for a in arrived)
             models[t.staging].upper_lsn = max(a.lsn for a in arrived)
-        _plan_marts(t, plan, facts, landed, upper, upper_batch, full, models)
+        _plan_marts(t, plan, facts, landed, upper, upper_batch, full, models, options.unsettled)
         if plan.apply:
             build += list(t.marts)
     views_changed = any(v not in facts.relations for v in VIEWS) or any(
@@ -458,7 +467,7 @@ def _higher_watermark(facts: Facts, table: str) -> str | None:
 
 
 def _plan_marts(t: Table, plan: TablePlan, facts: Facts, landed: dict[str, Landed], upper: dict, upper_batch: dict,
-                full: bool, models: dict[str, ModelWindow]) -> None:
+                full: bool, models: dict[str, ModelWindow], unsettled: tuple[str, ...] = ()) -> None:
     """Both marts' windows and whether the table applies anything (see the module's docstring).
     Either both marts are rebuilt from scratch (a full refresh, or one of them does not exist) or
     each applies the changes above its own watermark."""
@@ -483,7 +492,8 @@ def _plan_marts(t: Table, plan: TablePlan, facts: Facts, landed: dict[str, Lande
             # removed changes that were never exported
             plan.gap = _gap(t, lowest, facts.instance_min_lsn)
         plan.gap = plan.gap or _held(t, facts.refused)
-        plan.apply = plan.apply and plan.gap is None
+        plan.waits = None if plan.gap or rebuild else _still_written(t, unsettled)
+        plan.apply = plan.apply and plan.gap is None and plan.waits is None
         return
     top_batch = upper_batch[t.channel]
     for m in t.marts:
@@ -498,12 +508,15 @@ def _plan_marts(t: Table, plan: TablePlan, facts: Facts, landed: dict[str, Lande
 def _late(t: Table, facts: Facts, marks: dict[str, Watermark]) -> str | None:
     """The smallest commit LSN of change rows that arrived for a change-table table at or below
     its marts' watermark (an export landed after the marts moved past its LSNs: a corrected
-    re-export, an export later than its lsn_time_mapping, rows landed twice), or None. The marts
-    read only changes above their watermark, so such rows are applied by rebuilding the marts
-    from staging, which holds every landed change (duplicates quarantined)."""
+    re-export, an export later than its lsn_time_mapping, rows landed twice), or of its changes
+    whose lsn_time_mapping row came only now (applied without a commit time), or None. The marts
+    read only changes above their watermark, so such rows are applied (and commit times filled)
+    by rebuilding the marts from staging, which holds every landed change (duplicates
+    quarantined)."""
     lowest = min((marks[m].lsn or "" for m in t.marts), default="")
     lows = [facts.arrived[s].min_lsn for s in t.sources
             if s.startswith("change_tables/") and s in facts.arrived and facts.arrived[s].min_lsn]
+    lows += [facts.late_commit_times[t.name]] if t.name in facts.late_commit_times else []
     late = min(lows, default=None)
     return late if late and lowest and late <= lowest else None
 
@@ -553,10 +566,21 @@ def _held(t: Table, refused: tuple[str, ...]) -> str | None:
             "whole copy under the same name, or remove it to go on without it")
 
 
+def _still_written(t: Table, unsettled: tuple[str, ...]) -> str | None:
+    """Why a change-table table waits this run: an export of one of its capture instances is
+    still being written (`unsettled`: paths under the landing folder)."""
+    folders = {f"change_tables/{i}" for i, _ in t.instances}
+    files = sorted(f for f in unsettled if "/".join(f.lower().split("/")[:2]) in folders)
+    if not files:
+        return None
+    return (f"{t.name} waits: {files[0]}{f' (and {len(files) - 1} more)' if len(files) > 1 else ''} is still being "
+            "written; its marts stay where they are until it lands")
+
+
 def _advances(t: Table, plan: TablePlan, facts: Facts, upper: dict, upper_batch: dict) -> bool:
     """Whether a table with nothing to apply still moves its marts' watermarks to the bound."""
     return any(_moved(facts.watermarks.get(m, Watermark()), t.channel, upper, upper_batch) for m in t.marts) \
-        and not plan.apply and plan.gap is None
+        and not plan.apply and plan.gap is None and plan.waits is None
 
 
 def _moved(mark: Watermark, channel: str, upper: dict, upper_batch: dict) -> bool:
@@ -619,7 +643,8 @@ def advance(plan: Plan, facts: Facts, results: list[NodeResult]) -> Outcome:
         old = marks.get(model, Watermark())
         if ok and model not in blocked:
             declaration = t.digest
-        elif result is None and not plan.select and not tp.apply and tp.gap is None and not window.full:
+        elif result is None and not plan.select and not tp.apply and tp.gap is None and tp.waits is None \
+                and not window.full:
             # nothing in its window: at the bound once its watermark is
             advanced[model] = True
             if not _moved(old, t.channel, plan.upper_lsn, plan.upper_batch):
@@ -686,4 +711,5 @@ def facts_from_report(report: dict) -> Facts:
         refused=tuple(report.get("refused") or ()),
         waiting=tuple(report.get("waiting") or ()),
         ignored=tuple(report.get("ignored") or ()),
+        late_commit_times={k.lower(): v for k, v in (report.get("late_commit_times") or {}).items() if v},
     )

@@ -102,12 +102,14 @@ def window_lines(facts, plan) -> list[str]:
             lines.append(f"window ({channel}): nothing landed yet to apply")
     applying = sorted(name for name, t in plan.tables.items() if t.apply)
     if plan.status != "nothing_to_do" and not plan.full_refresh and not plan.select:
-        unchanged = len(plan.tables) - len(applying) - sum(1 for t in plan.tables.values() if t.gap)
+        unchanged = len(plan.tables) - len(applying) - sum(1 for t in plan.tables.values() if t.gap or t.waits)
         lines.append(f"{len(applying)} table(s) with changes in their window"
                      + (f" ({', '.join(applying[:10])}{', ...' if len(applying) > 10 else ''})" if applying else "")
                      + f"; {unchanged} without: not built, their watermarks move to the bound")
-    lines += [f"{name}: changes landed at or below its marts' watermark (from LSN 0x{t.late}: a late or corrected "
-              "export): both marts are rebuilt from staging, so that they are applied" for name, t in sorted(plan.tables.items())
+    lines += [f"{name}: changes or their commit times landed at or below its marts' watermark (from LSN 0x{t.late}: a "
+              "late or corrected export, or lsn_time_mapping rows of changes applied without a commit time): both marts "
+              "are rebuilt from staging, so that they are applied" for name, t in sorted(plan.tables.items())
               if t.late and t.apply]
     lines += [f"STOPPED {t.gap}" for t in plan.tables.values() if t.gap]
+    lines += [f"waiting: {t.waits}" for _, t in sorted(plan.tables.items()) if t.waits]
     return lines

@@ -67,6 +67,7 @@
         'run_id': batch_id, 'tables': tables, 'previous': previous, 'landed_now': landed_now,
         'watermarks': watermarks, 'relations': relations,
         'instance_min_lsn': sqlserver_cdc._instance_min_lsn(raw, since, 'stg_cdc_metadata__change_tables' in relations),
+        'late_commit_times': sqlserver_cdc._late_commit_times(raw, since, tables, watermarks, relations),
         'views_digest': local_md5(tojson(var('cdc_tracked_tables', {}), sort_keys=true) ~ (quarantine.raw_code if quarantine else '')),
         'seeds_missing': seeds | length > 0, 'refused': landing.refused, 'waiting': landing.waiting, 'ignored': landing.ignored,
         'upper_lsn': capped, 'manifests_required': sqlserver_cdc._export_manifests_required()}) -%}
@@ -268,4 +269,60 @@
         {{ exceptions.raise_compiler_error("model " ~ name ~ " is not in the project") }}
     {%- endif -%}
     {{ return(node.relation_name) }}
+{%- endmacro %}
+
+{#- Per change-table table, the smallest commit LSN of its trusted staged changes whose
+    lsn_time_mapping row landed after batch `since` for the first time (no trusted staged row of
+    that LSN yet) at or below the table's marts' watermark: they were applied without a commit
+    time, and the plan rebuilds the table's marts to give them one (runner/plan.py _late). Reads
+    this run's mapping rows; only when some are new and at or below a watermark, the staged
+    mapping and the tables' staging at those LSNs (Delta skips the other files). -#}
+{% macro _late_commit_times(raw, since, tables, watermarks, relations) -%}
+    {%- set marks = {} -%}
+    {%- for t in tables if t.channel == 'change_tables' and ('stg_change_tables__' ~ t.name) | lower in relations -%}
+        {%- set lsns = [] -%}
+        {%- for m in [t.name ~ '_current', t.name ~ '_history'] if watermarks.get(m) and watermarks[m].lsn -%}
+            {%- do lsns.append(watermarks[m].lsn) -%}
+        {%- endfor -%}
+        {%- if lsns -%}{%- do marks.update({t.name: lsns | max}) -%}{%- endif -%}
+    {%- endfor -%}
+    {%- if not marks or 'stg_cdc_metadata__lsn_time_mapping' not in relations -%}{{ return({}) }}{%- endif -%}
+    {%- set s = sqlserver_cdc._sql_string -%}
+    {%- set landed -%}
+        select distinct {{ sqlserver_cdc.lsn_normalize("row_values['start_lsn']", 'string') }} as lsn
+        from {{ raw }}
+        where landing_kind = 'cdc_metadata' and entity = 'lsn_time_mapping' and _batch_id > {{ s(since) }}
+            and row_values['tran_end_time'] is not null
+    {%- endset -%}
+    {%- set bounds = run_query('select min(lsn), max(lsn) from (' ~ landed ~ ') where lsn <= ' ~ s(marks.values() | max)).rows[0] -%}
+    {%- if bounds[0] is none -%}{{ return({}) }}{%- endif -%}
+    {%- set query -%}
+        select landed.lsn from ({{ landed }}) as landed
+        left anti join (
+            select start_lsn from {{ sqlserver_cdc._model_relation('stg_cdc_metadata__lsn_time_mapping') }}
+            where quarantine_reason is null and start_lsn between {{ s(bounds[0]) }} and {{ s(bounds[1]) }}
+        ) as staged
+            on landed.lsn = staged.start_lsn
+        where landed.lsn between {{ s(bounds[0]) }} and {{ s(bounds[1]) }}
+        order by landed.lsn
+        limit 1001
+    {%- endset -%}
+    {%- set new = run_query(query).columns[0].values() | list -%}
+    {%- if not new -%}{{ return({}) }}{%- endif -%}
+    {#- beyond a thousand, the range of them: a table with a change in it rebuilds -#}
+    {%- set literals = [] -%}
+    {%- for lsn in new[:1000] -%}{%- do literals.append(s(lsn)) -%}{%- endfor -%}
+    {%- set within = ('commit_lsn in (' ~ literals | join(', ') ~ ')') if new | length <= 1000
+        else ('commit_lsn between ' ~ s(new[0]) ~ ' and ' ~ s(bounds[1])) -%}
+    {%- set selects = [] -%}
+    {%- for name, mark in marks.items() | sort -%}
+        {%- do selects.append("select '" ~ name ~ "' as name, min(commit_lsn) as lsn from "
+            ~ sqlserver_cdc._model_relation('stg_change_tables__' ~ name) ~ " where quarantine_reason is null and "
+            ~ within ~ " and commit_lsn <= " ~ s(mark)) -%}
+    {%- endfor -%}
+    {%- set found = {} -%}
+    {%- for row in run_query(selects | join('\nunion all\n')) if row[1] -%}
+        {%- do found.update({row[0]: row[1]}) -%}
+    {%- endfor -%}
+    {{ return(found) }}
 {%- endmacro %}

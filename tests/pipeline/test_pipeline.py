@@ -8,12 +8,13 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from cdc_simulator import landing_writer
 from cdc_simulator.simulate import Simulator, lsn_hex
 from runner import cli, report
 from tests.conftest import last_execution, table_scans
 from tests.expected import check_marts, current_state
 from tests.scenarios import CHANGE_TABLES as TABLES
-from tests.scenarios import NAMES
+from tests.scenarios import FORMATS, NAMES
 from tests.scenarios import land_changes as _land
 
 
@@ -152,9 +153,31 @@ def test_changes_landed_twice_apply_once_and_a_corrected_reexport_applies_its_mi
     (export.parent / "b3-corrected.csv").write_text(whole)
     output = io.StringIO()
     summary = pipeline.run(progress=report.Progress(stream=output))
-    assert "order_lines: changes landed at or below its marts' watermark" in output.getvalue()
+    assert "order_lines: changes or their commit times landed at or below its marts' watermark" in output.getvalue()
     assert {r["tracked_table"]: r["quarantined"] for r in summary}["order_lines"] == len(lines) - 2
     check_marts(pipeline, sim, txs[-1].commit_lsn)
+    # a change applied while its lsn_time_mapping row was missing (the mapping's export skipped it)
+    # has no commit time; when the row lands, its table's marts are rebuilt and get it. A mapping
+    # re-export of rows already landed rebuilds nothing
+    txs = sim.run(20)
+    hole = next(tx for tx in txs[:-1] if tx.changes.get("customers"))
+    landing_writer.write_batch(pipeline.landing, "b4", TABLES, txs, FORMATS, spark=pipeline.spark,
+                               mapped=[tx for tx in txs if tx is not hole])
+    pipeline.run()
+    untimed = "select count(*) as n from {s}.customers_history where valid_from is null or (valid_to is null and not is_current)"
+    assert pipeline.rows(untimed)[0]["n"] > 0
+    landing_writer.write_batch(pipeline.landing, "b4-late", TABLES, [], FORMATS, mapped=[hole])
+    output = io.StringIO()
+    pipeline.run(progress=report.Progress(stream=output))
+    assert "customers: changes or their commit times landed at or below its marts' watermark (from LSN 0x" \
+        + lsn_hex(hole.commit_lsn) in output.getvalue()
+    assert pipeline.rows(untimed)[0]["n"] == 0
+    assert pipeline.rows("select count(*) as n from {s}.customers_current where commit_time is null")[0]["n"] == 0
+    check_marts(pipeline, sim, txs[-1].commit_lsn)
+    landing_writer.write_batch(pipeline.landing, "b4-again", TABLES, [], FORMATS, mapped=txs)
+    output = io.StringIO()
+    pipeline.run(progress=report.Progress(stream=output))
+    assert "commit times landed" not in output.getvalue() and "0 table(s) with changes" in output.getvalue()
 
 
 def test_batches_build_marts_reading_only_their_batch_a_rerun_changes_nothing_a_full_refresh_equals_them(pipeline, monkeypatch):

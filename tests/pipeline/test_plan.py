@@ -302,6 +302,14 @@ def test_changes_arriving_at_or_below_the_watermark_rebuild_that_tables_marts():
     assert plan_run(facts(arrived=arrived(snapshots__customers=(4, 4)))).tables["customers"].late is None
     out = advance(p, f, [NodeResult(m, "model", "success") for m in p.build])
     assert out.status == "succeeded" and out.watermarks["customers_current"].lsn == lsn(20)
+    # a change applied without a commit time gets it when its lsn_time_mapping row lands: its
+    # table rebuilds from the smallest such LSN (begin_run finds them), the others do not
+    timed = facts(arrived=arrived(cdc_metadata__lsn_time_mapping=(3, 20)), late_commit_times={"customers": lsn(6)})
+    p = plan_run(timed)
+    assert p.tables["customers"].late == lsn(6) and p.models["customers_history"].full
+    assert p.tables["orders"].late is None and not p.models["orders_history"].full
+    assert facts_from_report({"run_id": "b2", "tables": [], "late_commit_times": {"Customers": lsn(6)}}
+                             ).late_commit_times == {"customers": lsn(6)}
 
 
 def test_nothing_landed_and_every_mart_at_its_bound_is_nothing_to_do():
