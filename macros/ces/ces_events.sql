@@ -343,10 +343,12 @@ events as (
         doc.eventrow.old as old_image,
         doc.eventrow.current as current_image,
         -- committime carries a Z even on servers not set to UTC: it is read as the server's
-        -- wall clock, like lsn_time_mapping.tran_end_time; the early form has only `time`
-        {{ sqlserver_cdc.cast_from_text(
+        -- wall clock, like lsn_time_mapping.tran_end_time, and made UTC from var
+        -- cdc_source_time_zone (the repeated hour of a fall-back at its earlier offset); the
+        -- early form has only `time`
+        {{ sqlserver_cdc._source_time_to_utc(sqlserver_cdc.cast_from_text(
             "regexp_replace(coalesce(doc.eventsource.transaction.committime, event_time_text), '(Z|[+-][0-9]{2}:[0-9]{2})$', '')",
-            'datetime2') }} as commit_time,
+            'datetime2')) }} as commit_time,
         segment_count,
         cast(null as int) as segment_index,
         false as is_segment,

@@ -21,8 +21,8 @@ decoded as (
         -- strings
         row_values['tran_id'] as tran_id,
         -- timestamps
-        {{ sqlserver_cdc.cast_from_text("row_values['tran_begin_time']", 'datetime') }} as tran_begin_time,
-        {{ sqlserver_cdc.cast_from_text("row_values['tran_end_time']", 'datetime') }} as tran_end_time,
+        {{ sqlserver_cdc.cast_from_text("row_values['tran_begin_time']", 'datetime') }} as local_begin_time,
+        {{ sqlserver_cdc.cast_from_text("row_values['tran_end_time']", 'datetime') }} as local_end_time,
         -- quarantine
         nullif(concat_ws(
             '; ',
@@ -38,13 +38,18 @@ decoded as (
     from landed_rows
 ),
 
+-- the server's wall clock as UTC (var cdc_source_time_zone)
+timed as (
+    {{ sqlserver_cdc._source_commit_times('decoded', 'local_begin_time', 'local_end_time', 'start_lsn') }}
+),
+
 ranked as (
     select
         *,
         row_number() over (
             partition by start_lsn, quarantine_reason is null order by _ingested_at desc, _source_file desc
         ) as _rank
-    from decoded
+    from timed
 ),
 
 final as (
