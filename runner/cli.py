@@ -43,7 +43,11 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--full-refresh", action="store_true", help="rebuild the marts from all landed changes")
     run.add_argument("--select", nargs="+", default=[], help="dbt selection (default: everything)")
     run.add_argument("--upper-lsn", default=None, help="cap the run's upper LSN (any LSN form)")
-    run.add_argument("--strict", action="store_true", help="exit 1 when this batch quarantined rows")
+    run.add_argument("--strict", action="store_true",
+                     help="exit 1 when this batch quarantined rows, or a table is under --min-headroom")
+    run.add_argument("--min-headroom", type=float, metavar="HOURS",
+                     help="warn when SQL Server's cleanup would reach a table's first unapplied change within HOURS "
+                          "(docs/operations.md \"Retention headroom\"); with --strict, exit 1")
     run.add_argument("--accept-kafka-gap", nargs="+", default=[], metavar="SOURCE",
                      help="Kafka sources whose retention gap (or recreated topic) to skip, once a snapshot is landed")
 
@@ -71,7 +75,8 @@ def _batch_id() -> str:
 def run_pipeline(project_dir: Path, target, landing_dir: Path, *, select: list[str] = (),
                  full_refresh: bool = False, upper_lsn: str | None = None, strict: bool = False,
                  progress=None, kafka_sources: list | None = None, accept_kafka_gap: list[str] = (),
-                 nodes: list | None = None, listed: dict[str, tuple[int, int]] | None = None) -> list[dict]:
+                 nodes: list | None = None, listed: dict[str, tuple[int, int]] | None = None,
+                 min_headroom: float | None = None) -> list[dict]:
     """Lands, plans, builds and reports one run; returns the summary rows (one per tracked table)
     and adds the build's node results (runner.plan.NodeResult) to `nodes` when given.
     Three dbt invocations on one parse of the project (docs/operations.md "The runner"): `run-operation
@@ -167,8 +172,13 @@ def run_pipeline(project_dir: Path, target, landing_dir: Path, *, select: list[s
                            "affected marts were not advanced: fix the cause and re-run")
     if problems:
         raise PipelineFailed(". ".join(problems))
+    short = report.headroom_warnings(summary, the_plan.retention, min_headroom)
+    for line in short:
+        progress.step(line)
     if strict and quarantined:
         raise PipelineFailed("rows were quarantined and --strict is set; inspect cdc_quarantine")
+    if strict and short:
+        raise PipelineFailed(f"{len(short)} table(s) under the retention headroom and --strict is set: see WARNING above")
     return summary if the_plan.status != "nothing_to_do" else []
 
 
@@ -205,10 +215,10 @@ def _finish_args(the_plan: plan.Plan, facts: plan.Facts, outcome: plan.Outcome, 
         "manifests_from": the_plan.export.manifests_from, "refused": [*facts.refused, *stopped],
         "failed_nodes": outcome.failed,
         "landed_through": {k: {"lsn": v.lsn, "batch": v.batch} for k, v in sorted(the_plan.landed.items())},
-        "plan": the_plan.to_json(),
+        "plan": the_plan.to_json(), "retention_minutes": the_plan.retention.landed,
     }
     return {"run": run, "tables": tables, "streams": streams, "watermarks": moved,
-            "capture_lsn": the_plan.landed_lsn.get("change_tables")}
+            "capture_lsn": the_plan.landed_lsn.get("change_tables"), "retention_minutes": the_plan.retention.minutes}
 
 
 def _land_kafka(dbt, target, sources: list, batch_id: str, accept_gap, progress) -> tuple[str, list[str]]:
@@ -304,6 +314,7 @@ def main(argv: list[str] | None = None, kafka_sources: list | None = None) -> in
                 args.project_dir, target, _landing_dir(args),
                 select=getattr(args, "select", []), full_refresh=getattr(args, "full_refresh", False),
                 upper_lsn=getattr(args, "upper_lsn", None), strict=getattr(args, "strict", False), progress=progress,
+                min_headroom=getattr(args, "min_headroom", None),
                 kafka_sources=kafka_sources, accept_kafka_gap=getattr(args, "accept_kafka_gap", []), listed=listed,
             )
             if last_run:

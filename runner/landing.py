@@ -13,8 +13,9 @@ as its JSON text) plus the file it came from and the batch id; JSON lines also k
 so a line that is not a JSON object reaches quarantine as it was. A file is identified by its
 path relative to the landing folder, its size and its modification time: one already landed is
 never landed again, so re-running over the same files adds nothing twice, and one whose path
-was landed with another size or time fails the run (exports are immutable). Each batch is one
-Delta commit, so a killed landing leaves every file landed whole or not at all.
+was landed with another size or time is refused alone (exports are immutable); one that changes
+between the runner's two listings is still being written and waits (files_to_land). Each batch
+is one Delta commit, so a killed landing leaves every file landed whole or not at all.
 
 CSV (docs/landing.md "CSV"): RFC 4180 by default (quote `"`, a quote inside a value doubled,
 line breaks inside quoted values, UTF-8 with or without a byte-order mark, UTF-16 with one),

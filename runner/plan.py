@@ -144,6 +144,7 @@ class PreviousRun:
     manifests_from: str = ""
     tables: dict[str, dict] = field(default_factory=dict)  # its summary rows, by table
     streams: dict[str, dict] = field(default_factory=dict)  # its event-stream rows, by channel
+    retention_minutes: int | None = None  # the cleanup retention the last cdc_jobs export gave
 
 
 @dataclass(frozen=True)
@@ -180,6 +181,9 @@ class Facts:
     # row landed in these batches for the first time, at or below its marts' watermark: they were
     # applied without a commit time (begin_run's _late_commit_times)
     late_commit_times: dict[str, str] = field(default_factory=dict)
+    # the cleanup job's retention (minutes, as text) in the msdb.dbo.cdc_jobs rows landed in these
+    # batches (cdc_metadata/cdc_jobs, job_type cleanup), the newest
+    cdc_jobs_retention: str | None = None
 
 
 @dataclass(frozen=True)
@@ -277,6 +281,7 @@ class Plan:
     select: tuple[str, ...] = ()
     # the digests the built views record
     views_digest: str = ""
+    retention: Retention = field(default_factory=lambda: Retention(DEFAULT_RETENTION_MINUTES))
 
     @property
     def checks(self) -> str:
@@ -293,6 +298,40 @@ class Plan:
         return json.dumps({"tables": {n: _compact(asdict(t)) for n, t in sorted(self.tables.items())},
                            "models": {n: _compact(asdict(w)) for n, w in sorted(self.models.items())},
                            "build": self.build}, sort_keys=True)
+
+
+DEFAULT_RETENTION_MINUTES = 4320  # sys.sp_cdc_add_job's default: three days
+
+
+@dataclass(frozen=True)
+class Retention:
+    """How long SQL Server's cleanup job keeps changes (docs/operations.md "Retention headroom"):
+    minutes, and the value a cdc_jobs export gave (None: the default, no export landed yet);
+    problem: why a landed value was not taken."""
+
+    minutes: int
+    landed: int | None = None
+    problem: str | None = None
+
+
+def retention(facts: Facts) -> Retention:
+    """The cleanup retention: the newest cdc_jobs export's (whole minutes, not negative), else
+    the one an earlier run took from one, else three days. A value that is not a number of
+    minutes keeps the previous one, with the reason."""
+    before = facts.previous.retention_minutes if facts.previous else None
+    kept = Retention(before if before is not None else DEFAULT_RETENTION_MINUTES, before)
+    text = facts.cdc_jobs_retention
+    if text is None:
+        return kept
+    try:
+        value = float(str(text).strip())
+    except ValueError:
+        value = -1.0
+    if value < 0 or value != int(value):
+        source = f"{kept.minutes} minutes" + (" (the default)" if before is None else "")
+        return Retention(kept.minutes, kept.landed, f"cdc_jobs: the cleanup job's retention '{text}' is not a whole "
+                                                    f"number of minutes; keeping {source}")
+    return Retention(int(value), int(value))
 
 
 def _compact(d: dict) -> dict:
@@ -453,7 +492,7 @@ def plan_run(facts: Facts, options: Options = Options()) -> Plan:
         run_id=facts.run_id, since=since, full_refresh=full, status="nothing_to_do" if nothing else "build",
         upper_lsn=upper, upper_batch=upper_batch, landed_lsn=landed_lsn, landed=landed, export=export, tables=tables,
         models=models, build=build, build_seeds=facts.seeds_missing or full, stale_snapshots=stale_snapshots,
-        select=tuple(options.select), views_digest=facts.views_digest)
+        select=tuple(options.select), views_digest=facts.views_digest, retention=retention(facts))
 
 
 def _lsn(landed: dict[str, Landed], key: str) -> str | None:
@@ -679,7 +718,8 @@ def _previous(row: dict, landed) -> PreviousRun:
         through = {key: Landed(lsns.get(channel), batches.get(channel) or "") for key, channel in old.items()
                    if lsns.get(channel)}
     return PreviousRun(row["run_id"], through, dict(row.get("exported_lsn") or {}), row.get("manifests_from") or "",
-                       dict(row.get("tables") or {}), dict(row.get("streams") or {}))
+                       dict(row.get("tables") or {}), dict(row.get("streams") or {}),
+                       int(row["retention_minutes"]) if row.get("retention_minutes") is not None else None)
 
 
 def facts_from_report(report: dict) -> Facts:
@@ -712,4 +752,5 @@ def facts_from_report(report: dict) -> Facts:
         waiting=tuple(report.get("waiting") or ()),
         ignored=tuple(report.get("ignored") or ()),
         late_commit_times={k.lower(): v for k, v in (report.get("late_commit_times") or {}).items() if v},
+        cdc_jobs_retention=report.get("cdc_jobs_retention"),
     )

@@ -26,10 +26,38 @@ def _lag(seconds: object) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m{s % 60:02d}s" if s >= 60 else f"{s}s"
 
 
+def _headroom(seconds: object) -> str:
+    if seconds is None:
+        return "-"
+    s = int(Decimal(str(seconds)))
+    return ("-" if s < 0 else "") + (f"{abs(s) // 86400}d{abs(s) % 86400 // 3600:02d}h" if abs(s) >= 86400
+                                      else f"{abs(s) // 3600}h{abs(s) % 3600 // 60:02d}m")
+
+
+def headroom_warnings(rows: list[dict[str, object]], retention, min_hours: float | None) -> list[str]:
+    """A WARNING per change-table table whose retention headroom (finish_run's headroom_seconds:
+    how long until SQL Server's cleanup reaches its first change not applied yet) is under
+    `min_hours`, or already past (always): the run after cleanup gets there stops the table at
+    a gap. Also why a landed cdc_jobs retention was not taken."""
+    lines = [f"WARNING {retention.problem}"] if retention.problem else []
+    source = "from cdc_jobs" if retention.landed is not None else "the default: land a cdc_jobs export to give yours"
+    for r in rows:
+        seconds = r.get("headroom_seconds")
+        if seconds is None:
+            continue
+        if seconds < 0 or (min_hours is not None and seconds < min_hours * 3600):
+            when = (f"may already have removed changes it has not applied ({_headroom(-seconds)} ago)" if seconds < 0
+                    else f"reaches its first change not applied yet in {_headroom(seconds)}")
+            lines.append(f"WARNING {r['tracked_table']}: SQL Server's cleanup (retention {retention.minutes} minutes, "
+                         f"{source}) {when}; run more often, or raise the retention (sys.sp_cdc_change_job "
+                         "@job_type = 'cleanup', @retention = ...)")
+    return lines
+
+
 def summary_table(rows: list[dict[str, object]]) -> agate.Table:
     names = ["tracked table", "rows landed", "quarantined", "changes applied", "LSN reached", "lag behind capture",
-             "current rows", "history versions"]
-    types = [agate.Text(), agate.Number(), agate.Number(), agate.Number(), agate.Text(), agate.Text(),
+             "retention headroom", "current rows", "history versions"]
+    types = [agate.Text(), agate.Number(), agate.Number(), agate.Number(), agate.Text(), agate.Text(), agate.Text(),
              agate.Number(), agate.Number()]
     data = [
         (
@@ -39,6 +67,7 @@ def summary_table(rows: list[dict[str, object]]) -> agate.Table:
             r["changes_applied"],
             ("0x" + str(r["lsn_reached"])) if r["lsn_reached"] else "-",
             _lag(r["lag_seconds"]) + ("" if r["advanced"] else " (not advanced)"),
+            _headroom(r.get("headroom_seconds")),
             r["current_rows"],
             r["history_versions"],
         )

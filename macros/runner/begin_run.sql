@@ -68,6 +68,9 @@
         'watermarks': watermarks, 'relations': relations,
         'instance_min_lsn': sqlserver_cdc._instance_min_lsn(raw, since, 'stg_cdc_metadata__change_tables' in relations),
         'late_commit_times': sqlserver_cdc._late_commit_times(raw, since, tables, watermarks, relations),
+        'cdc_jobs_retention': run_query("select max_by(row_values['retention'], _batch_id) from " ~ raw
+            ~ " where landing_kind = 'cdc_metadata' and lower(entity) = 'cdc_jobs'"
+            ~ " and lower(row_values['job_type']) = 'cleanup' and _batch_id > " ~ sqlserver_cdc._sql_string(since)).rows[0][0],
         'views_digest': local_md5(tojson(var('cdc_tracked_tables', {}), sort_keys=true) ~ (quarantine.raw_code if quarantine else '')),
         'seeds_missing': seeds | length > 0, 'refused': landing.refused, 'waiting': landing.waiting, 'ignored': landing.ignored,
         'upper_lsn': capped, 'manifests_required': sqlserver_cdc._export_manifests_required()}) -%}
@@ -81,7 +84,7 @@
 {#- The previous run's ledger row (see begin_run), none before the first. -#}
 {% macro _previous_run(ledger) -%}
     {%- set rows = run_query("select run_id, to_json(landed_through), to_json(exported_lsn), manifests_from, to_json(tables),"
-        ~ " to_json(streams), to_json(landed_lsn), to_json(upper_batch) from " ~ ledger ~ " where run_id = (select max(run_id) from "
+        ~ " to_json(streams), to_json(landed_lsn), to_json(upper_batch), retention_minutes from " ~ ledger ~ " where run_id = (select max(run_id) from "
         ~ ledger ~ " where status in ('succeeded', 'failed', 'nothing_to_do'))").rows -%}
     {%- if not rows -%}{{ return(none) }}{%- endif -%}
     {%- set row = rows[0] -%}
@@ -91,7 +94,8 @@
     {%- for s in (fromjson(row[5]) if row[5] else []) -%}{%- do streams.update({s.channel: s}) -%}{%- endfor -%}
     {{ return({'run_id': row[0], 'landed': sqlserver_cdc._json_map(row[1]), 'exported_lsn': sqlserver_cdc._json_map(row[2]),
         'manifests_from': row[3] or '', 'tables': tables, 'streams': streams,
-        'landed_lsn': sqlserver_cdc._json_map(row[6]), 'upper_batch': sqlserver_cdc._json_map(row[7])}) }}
+        'landed_lsn': sqlserver_cdc._json_map(row[6]), 'upper_batch': sqlserver_cdc._json_map(row[7]),
+        'retention_minutes': row[8]}) }}
 {%- endmacro %}
 
 {#- The tracked tables as the plan needs them (see begin_run). -#}

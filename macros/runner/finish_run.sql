@@ -10,20 +10,23 @@
     advanced, current_rows, history_versions (the previous row's)}; streams: per declared event
     channel {channel, counted (its events model built), quarantined_total (the previous row's)};
     watermarks: the models whose watermark moved, {model, lsn, batch, declaration};
-    capture_lsn: the change-table capture high-water mark (the lag's reference). -#}
-{% macro finish_run(run, tables=[], streams=[], watermarks=[], capture_lsn=none) -%}
-    {{ return(adapter.dispatch('finish_run', 'sqlserver_cdc')(run=run, tables=tables, streams=streams, watermarks=watermarks, capture_lsn=capture_lsn)) }}
+    capture_lsn: the change-table capture high-water mark (the lag's reference);
+    retention_minutes: the cleanup job's retention (the headroom's reference). -#}
+{% macro finish_run(run, tables=[], streams=[], watermarks=[], capture_lsn=none, retention_minutes=none) -%}
+    {{ return(adapter.dispatch('finish_run', 'sqlserver_cdc')(run=run, tables=tables, streams=streams, watermarks=watermarks, capture_lsn=capture_lsn, retention_minutes=retention_minutes)) }}
 {%- endmacro %}
 
-{% macro spark__finish_run(run, tables=[], streams=[], watermarks=[], capture_lsn=none) -%}
+{% macro spark__finish_run(run, tables=[], streams=[], watermarks=[], capture_lsn=none, retention_minutes=none) -%}
     {%- set counted = sqlserver_cdc._run_counts(run, tables) -%}
     {%- set lags = sqlserver_cdc._lags(tables, capture_lsn) -%}
+    {%- set headrooms = sqlserver_cdc._headrooms(tables, retention_minutes) -%}
     {%- set summary = [] -%}
     {%- for t in tables -%}
         {%- set c = counted.get(t.name, {}) -%}
         {%- do summary.append({'tracked_table': t.name, 'rows_landed': c.get('rows_landed', 0), 'quarantined': c.get('quarantined', 0),
             'changes_applied': c.get('changes_applied', 0), 'lsn_reached': t.lsn_reached, 'advanced': t.advanced,
-            'lag_seconds': lags.get(t.name), 'current_rows': c.get('current_rows', t.current_rows or 0),
+            'lag_seconds': lags.get(t.name), 'headroom_seconds': headrooms.get(t.name),
+            'current_rows': c.get('current_rows', t.current_rows or 0),
             'history_versions': c.get('history_versions', t.history_versions or 0)}) -%}
     {%- endfor -%}
     {%- set stream_rows = [] -%}
@@ -41,11 +44,13 @@
     {%- if watermarks -%}
         {% do run_query(sqlserver_cdc._rewrite_watermarks(watermarks, run.run_id)) %}
     {%- endif -%}
+    {%- set run = dict(run) -%}
+    {%- do run.update({'headroom_seconds': headrooms}) -%}
     {% do run_query(sqlserver_cdc._ledger_insert(run, summary, stream_rows)) %}
     {{ log('sqlserver_cdc.finish_run ' ~ tojson({'tables': summary, 'streams': stream_rows}), info=true) }}
 {%- endmacro %}
 
-{% macro default__finish_run(run, tables=[], streams=[], watermarks=[], capture_lsn=none) -%}
+{% macro default__finish_run(run, tables=[], streams=[], watermarks=[], capture_lsn=none, retention_minutes=none) -%}
     {{ exceptions.raise_compiler_error(sqlserver_cdc._not_supported('finish_run')) }}
 {%- endmacro %}
 
@@ -117,6 +122,42 @@
     {{ return(lags) }}
 {%- endmacro %}
 
+{#- Per change-table table, the seconds until SQL Server's cleanup (retention_minutes) reaches the
+    first change its current-state mart has not applied (docs/operations.md "Retention
+    headroom"): the commit time of the first landed lsn_time_mapping row above the LSN it reached
+    (a transaction of the database, which may or may not change the table: a lower bound) plus
+    the retention, less now; none when no landed transaction is above it. One query over the
+    staged mapping above the smallest of those LSNs (Delta skips the files below). -#}
+{% macro _headrooms(tables, retention_minutes) -%}
+    {%- set marks = [] -%}
+    {%- for t in tables if t.channel == 'change_tables' and t.lsn_reached -%}
+        {%- do marks.append("('" ~ t.name ~ "', " ~ sqlserver_cdc._sql_string(t.lsn_reached) ~ ")") -%}
+    {%- endfor -%}
+    {%- set headrooms = {} -%}
+    {%- if retention_minutes is none or not marks or not sqlserver_cdc._relation_exists('stg_cdc_metadata__lsn_time_mapping') -%}
+        {{ return(headrooms) }}
+    {%- endif -%}
+    {%- set lowest = tables | selectattr('channel', 'equalto', 'change_tables') | map(attribute='lsn_reached')
+        | select | min -%}
+    {%- set query -%}
+        select marks.name,
+            cast(unix_timestamp(min_by(pending.tran_end_time, pending.start_lsn)) + {{ retention_minutes | int }} * 60
+                - unix_timestamp() as bigint)
+        from (values {{ marks | join(', ') }}) as marks (name, lsn)
+        join (
+            select start_lsn, tran_end_time
+            from {{ sqlserver_cdc._model_relation('stg_cdc_metadata__lsn_time_mapping') }}
+            where quarantine_reason is null and start_lsn > {{ sqlserver_cdc._sql_string(lowest) }}
+        ) as pending
+            on pending.start_lsn > marks.lsn
+        group by marks.name
+    {%- endset -%}
+    {%- for row in run_query(query) if row[1] is not none -%}
+        {%- do headrooms.update({row[0]: row[1] | int}) -%}
+    {%- endfor -%}
+    {{ return(headrooms) }}
+{%- endmacro %}
+
 {#- Whether a model's relation exists (SHOW TABLES reads the metastore only). -#}
 {% macro _relation_exists(name) -%}
     {%- set node = graph.nodes.values() | selectattr('resource_type', 'equalto', 'model')
@@ -160,11 +201,11 @@
     {%- do row.update({'tables': summary, 'streams': streams}) -%}
     insert into {{ sqlserver_cdc.ledger_relation() }} (run_id, started_at, ended_at, status, full_refresh, since_run_id, landed,
         landed_lsn, upper_lsn, upper_batch, tables, streams, failed_nodes, exported_lsn, manifests_from, refused,
-        landed_through, plan)
+        landed_through, plan, retention_minutes, headroom_seconds)
     select
         r.run_id, cast(r.started_at as timestamp), current_timestamp(), r.status, r.full_refresh, r.since_run_id,
         r.landed, r.landed_lsn, r.upper_lsn, r.upper_batch, r.tables, r.streams, r.failed_nodes, r.exported_lsn,
-        r.manifests_from, r.refused, r.landed_through, r.plan
+        r.manifests_from, r.refused, r.landed_through, r.plan, r.retention_minutes, r.headroom_seconds
     from (select from_json({{ sqlserver_cdc._sql_string(tojson(row)) }}, 'struct<run_id: string, started_at: string,
         status: string, full_refresh: boolean, since_run_id: string, landed: map<string, bigint>,
         landed_lsn: map<string, string>, upper_lsn: map<string, string>, upper_batch: map<string, string>,
@@ -173,7 +214,8 @@
         streams: array<struct<channel: string, lines_landed: bigint, duplicates: bigint, pending_messages: bigint,
             tombstones: bigint, quarantined: bigint, quarantined_total: bigint>>,
         failed_nodes: array<string>, exported_lsn: map<string, string>, manifests_from: string, refused: array<string>,
-        landed_through: map<string, struct<lsn: string, batch: string>>, plan: string>') as r)
+        landed_through: map<string, struct<lsn: string, batch: string>>, plan: string,
+        retention_minutes: bigint, headroom_seconds: map<string, bigint>>') as r)
 {%- endmacro %}
 
 {#- Used by finish_run for each declared event channel (ces, debezium): lines landed in the

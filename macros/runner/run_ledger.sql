@@ -35,7 +35,9 @@
         manifests_from string,
         refused array<string>,
         landed_through map<string, struct<lsn: string, batch: string>>,
-        plan string
+        plan string,
+        retention_minutes bigint,
+        headroom_seconds map<string, bigint>
     ) using delta
 {%- endmacro %}
 
@@ -43,7 +45,8 @@
     before them gets them added (Delta ADD COLUMNS), so upgrading needs no full refresh. -#}
 {% macro _ledger_added_columns() -%}
     {{ return({'exported_lsn': 'map<string, string>', 'manifests_from': 'string', 'refused': 'array<string>',
-        'landed_through': 'map<string, struct<lsn: string, batch: string>>', 'plan': 'string'}) }}
+        'landed_through': 'map<string, struct<lsn: string, batch: string>>', 'plan': 'string',
+        'retention_minutes': 'bigint', 'headroom_seconds': 'map<string, bigint>'}) }}
 {%- endmacro %}
 
 {#- Creates the ledger if missing and adds the columns an earlier release's ledger lacks. -#}

@@ -92,6 +92,33 @@ def test_lsn_time_mapping_as_of_and_window_validation_macros(pipeline, render):
     with pytest.raises(Exception, match="not captured yet"):
         render(query % (lsn_hex(txs[0].begin_lsn), "FFFF0000000000000000"))
 
+    # retention headroom (docs/operations.md "Retention headroom"): with the marts held below newly
+    # landed transactions, each change-table table has the first pending commit time plus the
+    # cleanup retention of the landed cdc_jobs export, less now; under --min-headroom it warns,
+    # and with --strict the run fails
+    pending = sim.run(10)
+    _land(pipeline, sim, pending, "b2")
+    jobs = pipeline.landing / "cdc_metadata" / "cdc_jobs"
+    jobs.mkdir(parents=True)
+    (jobs / "jobs.csv").write_text("database_id,job_type,retention\n5,capture,0\n5,cleanup,144000\n")
+    held = "0x" + lsn_hex(txs[-1].commit_lsn)
+    summary = pipeline.run(upper_lsn=held)
+    expected = pending[0].end_time.replace(tzinfo=timezone.utc).timestamp() + 144000 * 60 - datetime.now(timezone.utc).timestamp()
+    by_table = {r["tracked_table"]: r for r in summary}
+    assert abs(by_table["customers"]["headroom_seconds"] - expected) < 600
+    assert by_table["order_lines"]["headroom_seconds"] == by_table["customers"]["headroom_seconds"]
+    ledger = pipeline.rows("select retention_minutes, headroom_seconds from {s}.cdc_runs order by run_id desc limit 1")[0]
+    assert ledger["retention_minutes"] == 144000 and set(ledger["headroom_seconds"]) == {"customers", "order_lines"}
+    output = io.StringIO()
+    with pytest.raises(cli.PipelineFailed, match="2 table\\(s\\) under the retention headroom and --strict is set"):
+        pipeline.run(upper_lsn=held, min_headroom=24 * 365, strict=True, progress=report.Progress(stream=output))
+    assert "WARNING customers: SQL Server's cleanup (retention 144000 minutes, from cdc_jobs) reaches its first " \
+        "change not applied yet in " in output.getvalue()
+    # caught up: nothing landed is pending, so no headroom and no warning
+    summary = pipeline.run(min_headroom=24 * 365, strict=True)
+    by_table = {r["tracked_table"]: r for r in summary}
+    assert by_table["customers"]["headroom_seconds"] is None and by_table["order_lines"]["headroom_seconds"] is None
+
 
 def test_changes_landed_twice_apply_once_and_a_corrected_reexport_applies_its_missed_row(pipeline):
     """The same change rows landed again (an export copied under another name, in a later run or

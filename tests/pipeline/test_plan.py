@@ -13,6 +13,7 @@ from runner.plan import (
     NodeResult,
     Options,
     PreviousRun,
+    Retention,
     Snapshot,
     Table,
     Watermark,
@@ -21,7 +22,9 @@ from runner.plan import (
     facts_from_report,
     lsn_increment,
     plan_run,
+    retention,
 )
+from runner.report import headroom_warnings
 
 CUSTOMERS = Table("customers", "change_tables", (("dbo_customers", False),), "d1")
 ORDERS = Table("orders", "change_tables", (("dbo_orders", False),), "d2")
@@ -395,3 +398,36 @@ def test_a_full_refresh_records_exactly_its_bound():
 def test_shared_staging_builds_when_its_sources_land(key, expected):
     p = plan_run(facts(arrived={key: Landed(None, "b2")}))
     assert expected in p.build
+
+
+def test_cleanup_retention_comes_from_the_newest_cdc_jobs_export_and_is_carried_forward():
+    """docs/operations.md "Retention headroom": three days until a cdc_jobs export lands; its
+    value then holds for the runs after (the ledger keeps it); a value that is not a whole number
+    of minutes keeps the one before, saying why."""
+    assert retention(facts()) == Retention(4320, None)
+    assert retention(facts(cdc_jobs_retention="1440")) == Retention(1440, 1440)
+    assert retention(facts(cdc_jobs_retention="720.0")) == Retention(720, 720)
+    carried = facts("b3", previous=previous(retention_minutes=1440))
+    assert retention(carried) == Retention(1440, 1440)
+    bad = retention(facts("b3", previous=previous(retention_minutes=1440), cdc_jobs_retention="three days"))
+    assert (bad.minutes, bad.landed) == (1440, 1440)
+    assert bad.problem == ("cdc_jobs: the cleanup job's retention 'three days' is not a whole number of minutes; "
+                           "keeping 1440 minutes")
+    assert retention(facts(cdc_jobs_retention="-5")).problem.endswith("keeping 4320 minutes (the default)")
+    assert plan_run(facts(cdc_jobs_retention="60")).retention.minutes == 60
+    row = {"run_id": "b1", "retention_minutes": 1440}
+    assert facts_from_report({"run_id": "b2", "tables": [], "previous": row}).previous.retention_minutes == 1440
+
+
+def test_headroom_warns_under_the_threshold_and_always_once_cleanup_may_have_passed():
+    rows = [{"tracked_table": "customers", "headroom_seconds": 5 * 3600 + 12 * 60},
+            {"tracked_table": "orders", "headroom_seconds": 3 * 86400},
+            {"tracked_table": "late", "headroom_seconds": -7200},
+            {"tracked_table": "employees", "headroom_seconds": None}]
+    assert headroom_warnings(rows, Retention(4320, None), None) == [
+        ("WARNING late: SQL Server's cleanup (retention 4320 minutes, the default: land a cdc_jobs export to give yours) "
+        "may already have removed changes it has not applied (2h00m ago); run more often, or raise the retention "
+        "(sys.sp_cdc_change_job @job_type = 'cleanup', @retention = ...)")]
+    warned = headroom_warnings(rows, Retention(4320, 4320, "cdc_jobs: ..."), 12)
+    assert [w.split(":")[0] for w in warned] == ["WARNING cdc_jobs", "WARNING customers", "WARNING late"]
+    assert "(retention 4320 minutes, from cdc_jobs) reaches its first change not applied yet in 5h12m" in warned[1]
