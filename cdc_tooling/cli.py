@@ -13,8 +13,9 @@ from pathlib import Path
 
 from runner import cli as runner_cli
 from runner import report
-from runner.errors import EXIT_OK, RunnerError
+from runner.errors import EXIT_OK, RunnerError, UsageError
 from runner.profile import load_target
+from runner.project import tracked_tables
 from runner.session import create_file_writer_session, create_session
 
 PROJECT_DIR = runner_cli.PROJECT_DIR
@@ -83,7 +84,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "generate":
             _generate(args.project_dir, target, landing_dir, progress, args.transactions, args.batches, args.seed)
             return EXIT_OK
-        # demo: the demo's history (once), then a plain runner run over it
+        # demo: the demo's history (once), then a plain runner run over it, on the demo's tables only: it
+        # would write simulated changes of a user's tables into their landing folder
+        tables = tracked_tables(args.project_dir)
+        if not tables or not all(t.demo for t in tables):
+            theirs = ", ".join(t.name for t in tables if not t.demo) or "none"
+            raise UsageError(f"the demo runs on the demo's tables only (declared `demo: true`); this project declares "
+                             f"other tables ({theirs}) or none (`python -m runner init` removed them): run the demo in "
+                             "a fresh clone of the project")
         if not (landing_dir / "change_tables").exists():
             _generate(args.project_dir, target, landing_dir, progress, 400, 2, 7, kafka=args.kafka)
         sources = None

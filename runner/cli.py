@@ -17,7 +17,7 @@ from pathlib import Path
 from runner import kafka, landing, plan, report
 from runner.dbt import Dbt, failures
 from runner.errors import EXIT_OK, InfrastructureError, PipelineFailed, RunnerError, UsageError
-from runner.lock import RunnerLock, describe_previous, lock_path
+from runner.lock import RunnerLock, describe_previous, lock_path, state_dir
 from runner.profile import load_target
 from runner.project import check_model_files, exported_columns
 from runner.session import create_file_writer_session, create_session
@@ -64,6 +64,13 @@ def _parser() -> argparse.ArgumentParser:
     scaffold.add_argument("--tables", nargs="+", default=[], help="only these tables (names or capture instances)")
     scaffold.add_argument("--key", nargs="+", default=[], metavar="TABLE=COLUMN[,COLUMN]",
                           help="the key of a table whose metadata does not give it")
+    scaffold.add_argument("--name", nargs="+", default=[], metavar="SOURCE=NAME",
+                          help="the model name of a table (SOURCE: capture instance, source table, schema.table); "
+                               "a declared table keeps its name on re-runs")
+
+    init = sub.add_parser("init", help="start your own project: remove the demo's tables (declarations, model files, "
+                                       "YAML entries), keep the package")
+    init.add_argument("--project-dir", type=Path, default=PROJECT_DIR, help="the dbt project (default: this one)")
 
     return parser
 
@@ -76,7 +83,7 @@ def run_pipeline(project_dir: Path, target, landing_dir: Path, *, select: list[s
                  full_refresh: bool = False, upper_lsn: str | None = None, strict: bool = False,
                  progress=None, kafka_sources: list | None = None, accept_kafka_gap: list[str] = (),
                  nodes: list | None = None, listed: dict[str, tuple[int, int]] | None = None,
-                 min_headroom: float | None = None) -> list[dict]:
+                 min_headroom: float | None = None, notes: list | None = None) -> list[dict]:
     """Lands, plans, builds and reports one run; returns the summary rows (one per tracked table)
     and adds the build's node results (runner.plan.NodeResult) to `nodes` when given.
     Three dbt invocations on one parse of the project (docs/operations.md "The runner"): `run-operation
@@ -88,7 +95,8 @@ def run_pipeline(project_dir: Path, target, landing_dir: Path, *, select: list[s
     SparkSession first), except landing from Kafka sources (default: the project's), which
     appends to the raw table from the session before begin_run (runner/kafka.py). Raises
     PipelineFailed (also when strict and this run's batches quarantined rows, or when a Kafka
-    source stopped at a retention gap)."""
+    source stopped at a retention gap). `notes` receives what the run said about files that wait and the
+    cut (report.landing_lines): true until the landing folder or the warehouse change."""
     progress = progress or report.Progress()
     started_at = datetime.now(timezone.utc)
     batch_id = _batch_id()
@@ -124,6 +132,8 @@ def run_pipeline(project_dir: Path, target, landing_dir: Path, *, select: list[s
                   f"({time.monotonic() - clock:.1f} s with the plan's facts)")
     for line in report.landing_lines(facts, the_plan):
         progress.step(line)
+        if notes is not None:
+            notes.append(line)
     for line in report.window_lines(facts, the_plan):
         progress.step(line)
     results: list[plan.NodeResult] = []
@@ -273,6 +283,8 @@ def main(argv: list[str] | None = None, kafka_sources: list | None = None) -> in
         args.project_dir = args.project_dir.resolve()
         if args.command == "scaffold":
             return _scaffold(args, progress)
+        if args.command == "init":
+            return _init(args, progress)
         target = load_target(args.project_dir, args.target)
         if kafka_sources is None:
             kafka_sources = kafka.sources(args.project_dir) if args.command == "run" else []
@@ -297,6 +309,8 @@ def main(argv: list[str] | None = None, kafka_sources: list | None = None) -> in
                 if recorded := last_run.unchanged_since():
                     progress.step(f"nothing new landed since the run that finished at {recorded['finished_at']}, and "
                                   "the warehouse and the project are as it left them: nothing to build (Spark not started)")
+                    for line in recorded.get("notes") or []:  # still true: nothing changed since
+                        progress.step(line)
                     progress.step("OK")
                     return EXIT_OK
                 last_run.forget()  # a run that does not succeed leaves no record
@@ -310,15 +324,17 @@ def main(argv: list[str] | None = None, kafka_sources: list | None = None) -> in
                 progress.step(f"target {target.name}: sending SQL to Spark through dbt-spark method {target.method}")
             if args.command == "audit":
                 return _audit(args, target, progress)
+            notes: list[str] = []
             run_pipeline(
                 args.project_dir, target, _landing_dir(args),
                 select=getattr(args, "select", []), full_refresh=getattr(args, "full_refresh", False),
                 upper_lsn=getattr(args, "upper_lsn", None), strict=getattr(args, "strict", False), progress=progress,
                 min_headroom=getattr(args, "min_headroom", None),
                 kafka_sources=kafka_sources, accept_kafka_gap=getattr(args, "accept_kafka_gap", []), listed=listed,
+                notes=notes,
             )
             if last_run:
-                last_run.remember()
+                last_run.remember(notes)
         progress.step("OK")
         return EXIT_OK
     except RunnerError as exc:
@@ -352,21 +368,53 @@ def _audit(args, target, progress) -> int:
     return EXIT_OK
 
 
+def _pairs(items: list[str], option: str, form: str) -> dict[str, str]:
+    pairs = {}
+    for item in items:
+        left, _, right = item.partition("=")
+        if not left.strip() or not right.strip():
+            raise UsageError(f"{option} takes {form}; got {item!r}")
+        pairs[left.strip()] = right.strip()
+    return pairs
+
+
+def _init(args, progress) -> int:
+    """Removes the demo's tables (declared with `demo: true`) from the project, once the demo's
+    data is gone (docs/tables.md "Your own tables")."""
+    from runner.project import remove_tables, tracked_tables
+
+    demo = [t.name for t in tracked_tables(args.project_dir) if t.demo]
+    if not demo:
+        progress.step("no demo table is declared (init ran before): nothing to remove")
+        progress.step("OK")
+        return EXIT_OK
+    left = [p for p in (args.project_dir / "landing", state_dir(args.project_dir)) if p.exists()]
+    if left:
+        raise UsageError(f"{' and '.join(p.as_posix() for p in left)} still hold(s) the demo's data: its simulated "
+                         "lsn_time_mapping and marts would mix with your tables'. Move any export of your own out of "
+                         "landing/, remove the demo's data (`make clean`), then run init again")
+    for line in remove_tables(args.project_dir, demo):
+        progress.step(f"removed {line}")
+    progress.step("kept: the package (macros, the shared models stg_ces__events, stg_debezium__events, the "
+                  "cdc_metadata staging, cdc_quarantine: they build nothing until a table of theirs is declared), "
+                  "the runner and the settings in dbt_project.yml")
+    progress.step("OK: next, land your CDC metadata exports and run `python -m runner scaffold` "
+                  "(docs/tables.md \"Your own tables\")")
+    return EXIT_OK
+
+
 def _scaffold(args, progress) -> int:
     from runner import scaffold
 
-    keys = {}
-    for item in args.key:
-        table, _, columns = item.partition("=")
-        if not table or not columns:
-            raise UsageError(f"--key takes TABLE=COLUMN[,COLUMN]; got {item!r}")
-        keys[table] = [c.strip() for c in columns.split(",") if c.strip()]
+    keys = {table: [c.strip() for c in columns.split(",") if c.strip()]
+            for table, columns in _pairs(args.key, "--key", "TABLE=COLUMN[,COLUMN]").items()}
+    names = _pairs(args.name, "--name", "SOURCE=NAME")
     landing_dir = _landing_dir(args)
     landing.discover(landing_dir)
     progress.step(f"reading the CDC metadata exports in {landing_dir}/cdc_metadata")
     spark = create_file_writer_session()
     try:
-        lines = scaffold.scaffold(spark, args.project_dir, landing_dir, args.tables, keys)
+        lines = scaffold.scaffold(spark, args.project_dir, landing_dir, args.tables, keys, names)
     finally:
         spark.stop()
     for line in lines:

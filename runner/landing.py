@@ -121,6 +121,22 @@ def _stamp(path: Path) -> tuple[int, int]:
 UNSETTLED = ("still being written: its size or modification time changed (or it appeared) between the run's two "
              "listings of the landing folder; it lands with a run that finds it unchanged (an export manifest listing "
              "it lands it at once)")
+# Why a file waits (an entry's `wait`), as the run reports it once per folder (runner/report.py
+# waiting_lines): what the files are, and the remedy.
+WAITS = {
+    "unsettled": ("still being written (they changed between the run's two listings of the landing folder)",
+                  "nothing to do: each lands with the next run that finds it unchanged"),
+    "unlisted": ("that no export manifest lists, in a folder that holds export manifests",
+                 ("once a capture instance's folder holds a manifest, only the files a manifest lists land: land the "
+                 "manifest of the export they belong to (written after its files), or move them out of the folder if "
+                 "they belong to none (docs/landing.md \"Export manifests\")")),
+    "incomplete": ("of an export whose manifest lists files that are not in the landing folder yet",
+                   ("copy the missing files the manifest names into the folder (an exporter writes the manifest last); "
+                   "the export lands whole with the next run")),
+    "snapshot_manifest": ("of a snapshot without its manifest",
+                          ("write the snapshot's manifest (snapshot_lsn and each file's rows) into the same folder, "
+                          "after its files (docs/landing.md \"Snapshots\")")),
+}
 
 
 def files_to_land(landing_dir: Path, csv_dialects: dict[str, dict[str, str]] | None = None,
@@ -169,12 +185,13 @@ def files_to_land(landing_dir: Path, csv_dialects: dict[str, dict[str, str]] | N
         if f.relative in listed or "refused" in entry:
             continue
         if settled is not None and settled.get(f.relative) != (entry["size"], entry["modified_ns"]):
-            entry["waiting"], entry["unsettled"] = UNSETTLED, True
+            entry["waiting"], entry["unsettled"], entry["wait"] = UNSETTLED, True, "unsettled"
             continue
         if f.kind == "snapshots":
             entry["waiting"] = "a snapshot lands only with its manifest (snapshot_lsn and the files' row counts)"
+            entry["wait"] = "snapshot_manifest"
         elif f.kind == "change_tables" and (f.kind, f.entity) in managed:
-            entry["waiting"] = "no export manifest lists it yet"
+            entry["waiting"], entry["wait"] = "no export manifest lists it yet", "unlisted"
     return list(entries.values())
 
 
@@ -319,6 +336,7 @@ def _apply_manifest(landing_dir: Path, manifest: dict, entries: dict[str, dict],
             return
         if entry is None:
             manifest.setdefault("waiting", f"lists {item['path']}, which is not in the landing folder yet")
+            manifest["wait"] = "incomplete"
             continue
         if item.get("bytes") is not None and item["bytes"] != entry["size"]:
             entry.setdefault("refused", f"{entry['size']} bytes, but its export manifest says {item['bytes']}: it was cut short")
@@ -332,6 +350,7 @@ def _apply_manifest(landing_dir: Path, manifest: dict, entries: dict[str, dict],
                 entries[relative].setdefault("refused", f"its export manifest {manifest['relative']} is refused: {manifest['refused']}")
             elif "waiting" in manifest:
                 entries[relative]["waiting"] = f"its export manifest {manifest['relative']} {manifest['waiting']}"
+                entries[relative]["wait"] = "incomplete"
 
 
 def _read_manifest(path: Path, kind: str, entity: str) -> dict[str, object]:

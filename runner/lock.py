@@ -35,11 +35,15 @@ class WarehouseBusy(RunnerError):
     """Another runner holds the warehouse (exit 2: nothing was decided about the data)."""
 
 
-def lock_path(target, project_dir: Path) -> Path:
+def state_dir(project_dir: Path) -> Path:
+    """The embedded warehouse's folder: SQLSERVER_CDC_STATE_DIR, default `.state` in the project."""
     state = Path(os.environ.get("SQLSERVER_CDC_STATE_DIR", ".state"))
-    state = state if state.is_absolute() else project_dir / state
+    return state if state.is_absolute() else project_dir / state
+
+
+def lock_path(target, project_dir: Path) -> Path:
     if target.method == "session":
-        return state / "runner.lock"
+        return state_dir(project_dir) / "runner.lock"
     safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in f"{target.address}-{target.schema}")
     return project_dir / ".state" / "locks" / f"{target.name}-{safe}.lock"
 

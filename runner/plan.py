@@ -175,7 +175,7 @@ class Facts:
     views_digest: str = ""
     seeds_missing: bool = False
     refused: tuple[str, ...] = ()
-    waiting: tuple[str, ...] = ()
+    waiting: tuple[dict, ...] = ()  # files that wait: {file, reason, wait} (runner/landing.py WAITS)
     ignored: tuple[str, ...] = ()  # "<file>: <columns> not declared ..." per file landed with extra columns
     # per change-table table, the smallest commit LSN of its staged changes whose lsn_time_mapping
     # row landed in these batches for the first time, at or below its marts' watermark: they were

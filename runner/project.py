@@ -3,6 +3,7 @@ copies the project with other declarations (the tests and the benchmark use such
 
 from __future__ import annotations
 
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,7 @@ class TableSpec:
     channel: str = "change_tables"
     # where CES events of the table come from (data.eventsource db, schema, tbl)
     source: tuple[str | None, str, str] | None = None
+    demo: bool = False  # declared `demo: true`: one of the demo's tables, which `python -m runner init` removes
 
     @property
     def non_key(self) -> list[Column]:
@@ -49,10 +51,10 @@ def tracked_tables(project_dir: Path) -> list[TableSpec]:
             channel = table.get("channel", "change_tables")
             if channel == "change_tables":
                 latest = instances[-1]["name"] if instances else table["capture_instance"]
-                specs.append(TableSpec(name, latest, tuple(table["key"]), columns))
+                specs.append(TableSpec(name, latest, tuple(table["key"]), columns, demo=table.get("demo") is True))
             else:
                 source = (table.get("source_database"), table.get("source_schema"), table.get("source_table"))
-                specs.append(TableSpec(name, None, tuple(table["key"]), columns, channel, source))
+                specs.append(TableSpec(name, None, tuple(table["key"]), columns, channel, source, table.get("demo") is True))
         except (KeyError, TypeError, ValueError) as exc:
             raise UsageError(f"tracked table '{name}' in dbt_project.yml is incomplete: {exc}") from exc
     return specs
@@ -125,21 +127,11 @@ def copy_project(source: Path, destination: Path, tables: dict[str, dict], repla
         return [n for n in names if (top and n in _NOT_COPIED) or n.endswith(".egg-info") or n == "__pycache__"]
 
     shutil.copytree(source, destination, ignore=ignore)
-    config = yaml.safe_load((destination / "dbt_project.yml").read_text())
-    declared = config["vars"]["cdc_tracked_tables"]
-    removed = {name: declared.pop(name) for name in (list(declared) if replace else drop)}
-    for name, table in removed.items():
-        (destination / "models/staging" / table["channel"] / f"stg_{table['channel']}__{name}.sql").unlink()
-        shutil.rmtree(destination / "models/marts" / name)
-    if replace:
-        for yml in ("models/staging/change_tables/_change_tables__models.yml", "models/staging/ces/_ces__models.yml",
-                    "models/staging/debezium/_debezium__models.yml", "models/marts/_marts__models.yml"):
-            (destination / yml).unlink()
-    elif removed:
-        _drop_model_properties(destination, {model for name, table in removed.items() for model in (
-            f"stg_{table['channel']}__{name}", f"{name}_current", f"{name}_history")})
-    declared.update(tables)
-    (destination / "dbt_project.yml").write_text(yaml.safe_dump(config, sort_keys=False))
+    declared = [t.name for t in tracked_tables(destination)]
+    if removed := (declared if replace else list(drop)):
+        remove_tables(destination, removed)
+    if tables:
+        _rewrite(destination / "dbt_project.yml", lambda document: document["vars"]["cdc_tracked_tables"].update(tables) or True)
     for name, table in tables.items():
         write_model_files(destination, name, table["channel"])
     return destination
@@ -159,12 +151,89 @@ def write_model_files(project_dir: Path, name: str, channel: str) -> list[str]:
     return written
 
 
-def _drop_model_properties(destination: Path, models: set[str]) -> None:
-    """Removes the YAML entries (docs and data tests) of `models` from the copy's models folder."""
-    for yml in (destination / "models").rglob("*.yml"):
-        properties = yaml.safe_load(yml.read_text()) or {}
-        entries = properties.get("models") or []
-        kept = [m for m in entries if m.get("name") not in models]
-        if len(kept) != len(entries):
-            properties["models"] = kept
-            yml.write_text(yaml.safe_dump(properties, sort_keys=False, allow_unicode=True))
+def round_trip_yaml():
+    """A YAML reader and writer that keeps a file's comments, quotes, flow style and indentation
+    (the project's files round-trip unchanged: tests/pipeline/test_project.py)."""
+    from ruamel.yaml import YAML
+
+    rt = YAML()
+    rt.preserve_quotes = True
+    rt.width = 4096
+    rt.indent(mapping=2, sequence=4, offset=2)
+    rt.representer.add_representer(type(None), lambda r, _: r.represent_scalar("tag:yaml.org,2002:null", "null"))
+    return rt
+
+
+def _rewrite(path: Path, edit) -> bool:
+    """Applies `edit` to the YAML document of `path` in place (comments and layout kept); a blank
+    line that separated two top-level sections stays even when what preceded it went. Returns
+    whether `edit` changed anything (edit returns that)."""
+    import io
+
+    rt = round_trip_yaml()
+    text = path.read_text()
+    document = rt.load(text)
+    if not edit(document):
+        return False
+    out = io.StringIO()
+    rt.dump(document, out)
+    lines = out.getvalue().splitlines(keepends=True)
+    gaps = {line for before, line in zip(text.splitlines(keepends=True), text.splitlines(keepends=True)[1:])
+            if not before.strip() and re.match(r"^[^\s#]", line)}
+    for i in range(len(lines) - 1, 0, -1):
+        if lines[i] in gaps and lines[i - 1].strip():
+            lines.insert(i, "\n")
+    path.write_text("".join(lines))
+    return True
+
+
+def remove_tables(project_dir: Path, names: list[str]) -> list[str]:
+    """Removes tracked tables from the project in place: each one's declaration in dbt_project.yml,
+    its three thin model files (and a marts folder left empty) and its models' YAML entries (a YAML
+    file left without models goes); the rest of every file, comments included, is kept. Returns
+    what it removed, one line per kind of file."""
+    declared = {t.name: t for t in tracked_tables(project_dir)}
+    unknown = [n for n in names if n not in declared]
+    if unknown:
+        raise UsageError(f"no tracked table {', '.join(unknown)} is declared in dbt_project.yml")
+
+    def undeclare(document) -> bool:
+        tables = document["vars"]["cdc_tracked_tables"]
+        for name in names:
+            del tables[name]
+        return bool(names)
+
+    _rewrite(project_dir / "dbt_project.yml", undeclare)
+    files = []
+    for name in names:
+        for relative in model_files(name, declared[name].channel):
+            found = [p for p in (project_dir / "models").rglob(Path(relative).name)]
+            for path in found:
+                path.unlink()
+                files.append(path.relative_to(project_dir).as_posix())
+                if path.parent.name == name and not any(path.parent.iterdir()):
+                    path.parent.rmdir()
+    entries = _drop_model_properties(project_dir, {model for name in names for model in (
+        f"stg_{declared[name].channel}__{name}", f"{name}_current", f"{name}_history")})
+    return [f"declarations of {', '.join(names)} in dbt_project.yml", f"{len(files)} model files ({', '.join(files)})",
+            f"{len(entries)} YAML entries ({', '.join(entries)})"]
+
+
+def _drop_model_properties(project_dir: Path, models: set[str]) -> list[str]:
+    """Removes the YAML entries (docs and data tests) of `models` from the project's models folder,
+    in place; a file left without any model entry and nothing else goes. Returns the entries removed."""
+    removed = []
+    for yml in sorted((project_dir / "models").rglob("*.yml")):
+        def drop(document, where: str = yml.relative_to(project_dir).as_posix()) -> bool:
+            entries = (document or {}).get("models") or []
+            gone = [m for m in entries if m.get("name") in models]
+            for entry in gone:
+                entries.remove(entry)
+            removed.extend(f"{m['name']} ({where})" for m in gone)
+            return bool(gone)
+
+        if _rewrite(yml, drop):
+            left = yaml.safe_load(yml.read_text()) or {}
+            if not left.get("models") and not set(left) - {"version", "models"}:
+                yml.unlink()
+    return removed

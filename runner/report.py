@@ -8,6 +8,8 @@ from decimal import Decimal
 
 import agate
 
+from runner import landing
+
 
 class Progress:
     def __init__(self, stream=sys.stdout):
@@ -97,11 +99,7 @@ def landing_lines(facts, plan) -> list[str]:
     snapshots, instances without manifests)."""
     lines = [f"REFUSED {reason}" for reason in facts.refused]
     lines += [f"note: {item}" for item in facts.ignored]
-    waiting = list(facts.waiting)
-    for item in waiting[:5]:
-        lines.append(f"waiting: {item}")
-    if len(waiting) > 5:
-        lines.append(f"waiting: {len(waiting) - 5} more file(s)")
+    lines += waiting_lines(facts.waiting)
     for gap in plan.export.gaps:
         lines.append(f"export gap in {gap}: the cut stays below the gap until the missing export lands")
     held = plan.export.held_back
@@ -117,6 +115,28 @@ def landing_lines(facts, plan) -> list[str]:
                      "their marts advance to the largest landed lsn_time_mapping LSN, so rows of theirs exported later than "
                      "that mapping land below the marts' watermark and make a run rebuild those marts from staging "
                      "(docs/landing.md \"Export manifests\")")
+    return lines
+
+
+def waiting_lines(waiting) -> list[str]:
+    """One line per folder and kind of wait (runner/landing.py WAITS) for the files that could not
+    land yet ({file, reason, wait}, macro land_files): what they are, up to three names, the remedy."""
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for item in waiting:
+        parts = item["file"].split("/")
+        folder = "/".join(parts[:2]) if len(parts) > 2 else parts[0]
+        groups.setdefault((folder, item.get("wait") or ""), []).append(item)
+    lines = []
+    for (folder, wait), items in sorted(groups.items()):
+        names = [i["file"].split("/")[-1] for i in items]
+        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        if wait in landing.WAITS:
+            what, remedy = landing.WAITS[wait]
+            manifests = "".join(f"; {i['file'].split('/')[-1]} {i['reason']}" for i in items
+                                if wait == "incomplete" and i["file"].endswith(landing.MANIFEST_SUFFIX))
+            lines.append(f"waiting: {folder}/: {len(items)} file(s) {what} ({shown}{manifests}): {remedy}")
+        else:
+            lines += [f"waiting: {i['file']}: {i['reason']}" for i in items]
     return lines
 
 

@@ -30,7 +30,8 @@ PLAIN_TYPES = ("int", "bigint", "smallint", "tinyint", "bit", "money", "smallmon
                "datetime", "smalldatetime", "text", "ntext", "xml", "sysname", "uniqueidentifier", "image",
                "timestamp", "rowversion", *LENGTH_TYPES, *FRACTION_TYPES)
 # the fields a scaffolded declaration owns; any other field of an existing declaration is kept
-OWNED = ("channel", "capture_instance", "capture_instances", "source_schema", "source_table", "key", "columns")
+# (and the demo's mark: a table scaffolded over a demo table is the user's, and `init` keeps it)
+OWNED = ("channel", "capture_instance", "capture_instances", "source_schema", "source_table", "key", "columns", "demo")
 YAML_FILES = {"staging": "models/staging/change_tables/_change_tables__models.yml",
               "marts": "models/marts/_marts__models.yml"}
 
@@ -101,8 +102,65 @@ def read_metadata(spark, landing_dir: Path) -> dict[str, list[dict]]:
     return found
 
 
-def describe(metadata: dict[str, list[dict]], keys: dict[str, list[str]]) -> list[Captured]:
-    """The capture instances the metadata describes, sorted by name."""
+def default_name(capture_instance: str, source_table: str | None) -> str:
+    """The model name scaffold gives a table nobody named: its source table (or capture instance)
+    in snake case (`LedgerAccounts` -> `ledger_accounts`, `HTTPLogs` -> `http_logs`)."""
+    words = re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", source_table or capture_instance)
+    return re.sub(r"_+", "_", re.sub(r"\W", "_", words)).strip("_").lower()
+
+
+class Naming:
+    """The model name of each captured table: the name `--name SOURCE=NAME` gives it (SOURCE: its
+    capture instance, its source table, `schema.table`, or the name scaffold would choose), else the
+    name its existing declaration has (the declaration that lists its capture instance: a chosen
+    name is kept on re-runs), else default_name."""
+
+    def __init__(self, chosen: dict[str, str] | None = None, declared: dict[str, str] | None = None):
+        self.chosen = {k.lower(): v for k, v in (chosen or {}).items()}
+        self.declared = {k.lower(): v for k, v in (declared or {}).items()}
+        self.used: set[str] = set()
+        for source, name in self.chosen.items():
+            if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", name):
+                raise UsageError(f"scaffold: --name {source}={name}: a table's name must be letters, digits and "
+                                 "underscores starting with a letter (it names its models)")
+
+    def __call__(self, capture_instance: str, row: dict) -> str:
+        derived = default_name(capture_instance, row.get("source_table"))
+        sources = [capture_instance, row.get("source_table"), f"{row.get('source_schema')}.{row.get('source_table')}",
+                   derived]
+        for source in (str(s).lower() for s in sources if s):
+            if source in self.chosen:
+                self.used.add(source)
+                name = self.chosen[source]
+                before = self.declared.get(capture_instance.lower())
+                if before and before != name:
+                    raise UsageError(f"scaffold: capture instance {capture_instance} is declared as table '{before}'; "
+                                     f"--name {source}={name} would declare it a second time. Rename the declaration "
+                                     "and its three model files by hand, or drop --name to keep its name")
+                return name
+        return self.declared.get(capture_instance.lower(), derived)
+
+    def unused(self) -> list[str]:
+        return sorted(set(self.chosen) - self.used)
+
+
+def declared_instances(project_dir: Path) -> dict[str, str]:
+    """The declared change-table tables' names by capture instance (lower case)."""
+    path = project_dir / "dbt_project.yml"
+    declared = ((yaml.safe_load(path.read_text()) or {}).get("vars") or {}).get("cdc_tracked_tables") or {}
+    found = {}
+    for name, table in declared.items():
+        if isinstance(table, dict) and table.get("channel", "change_tables") == "change_tables":
+            for instance in [table.get("capture_instance"), *(i.get("name") for i in table.get("capture_instances") or []
+                                                              if isinstance(i, dict))]:
+                if instance:
+                    found[str(instance).lower()] = name
+    return found
+
+
+def describe(metadata: dict[str, list[dict]], keys: dict[str, list[str]], naming: Naming | None = None) -> list[Captured]:
+    """The capture instances the metadata describes, sorted by name (see Naming)."""
+    naming = naming or Naming()
     instances: dict[str, dict] = {}
     by_object: dict[str, str] = {}
     for row in metadata["change_tables"]:
@@ -123,7 +181,7 @@ def describe(metadata: dict[str, list[dict]], keys: dict[str, list[str]]) -> lis
             index.setdefault(ci, []).append((int(row.get("index_ordinal") or 0), row["column_name"]))
     result = []
     for ci, row in sorted(instances.items()):
-        name = re.sub(r"\W", "_", row.get("source_table") or ci).lower()
+        name = naming(ci, row)
         captured = Captured(ci, name, row.get("source_schema"), row.get("source_table"))
         for column in sorted(columns.get(ci, {}).values(), key=lambda c: int(c["column_ordinal"])):
             declared_type = sql_type(column)
@@ -190,11 +248,22 @@ def _one_per_table(described: list[Captured], rows: dict[str, dict]) -> list[Cap
 
 
 def scaffold(spark, project_dir: Path, landing_dir: Path, tables: list[str] = (),
-             keys: dict[str, list[str]] | None = None) -> list[str]:
+             keys: dict[str, list[str]] | None = None, names: dict[str, str] | None = None) -> list[str]:
     """Writes or updates what each captured table (or those named in `tables`, by name or
-    capture instance) needs; returns the report's lines. A table with a problem that leaves it
-    without columns or a key is reported and not written."""
-    described = describe(read_metadata(spark, landing_dir), keys or {})
+    capture instance) needs, named as Naming says (`names`: --name SOURCE=NAME); returns the
+    report's lines. A table with a problem that leaves it without columns or a key is reported and
+    not written."""
+    naming = Naming(names, declared_instances(project_dir))
+    described = describe(read_metadata(spark, landing_dir), keys or {}, naming)
+    if unused := naming.unused():
+        raise UsageError(f"scaffold: --name {', '.join(unused)}: no landed capture instance, source table or table "
+                         f"name matches (known: {', '.join(n for c in described for n, _ in c.instances) or 'none'})")
+    seen: dict[str, str] = {}
+    for c in described:
+        if c.name in seen:
+            raise UsageError(f"scaffold: capture instances {seen[c.name]} and {c.capture_instance} of different source "
+                             f"tables would both be named '{c.name}': pass --name {c.capture_instance}=OTHER_NAME")
+        seen[c.name] = c.capture_instance
     if tables:
         known = {c.name for c in described} | {n for c in described for n, _ in c.instances}
         unknown = [t for t in tables if t not in known]
@@ -226,6 +295,15 @@ def _declare(project_dir: Path, captured: Captured) -> list[str]:
     if existing is not None and existing.get("channel", "change_tables") != "change_tables":
         raise UsageError(f"scaffold: tracked table '{captured.name}' is declared with channel {existing['channel']}; "
                          "rename one of them")
+    if existing is not None:
+        theirs = {str(i).lower() for i in [existing.get("capture_instance"), *(
+            i.get("name") for i in existing.get("capture_instances") or [] if isinstance(i, dict))] if i}
+        if not theirs & {n.lower() for n, _ in captured.instances}:
+            raise UsageError(f"scaffold: tracked table '{captured.name}' is declared for capture instance "
+                             f"{', '.join(sorted(theirs))}, not {captured.capture_instance}: pass --name "
+                             f"{captured.capture_instance}=OTHER_NAME to declare it under another name"
+                             + (" (it is the demo's: `python -m runner init` removes the demo's tables)"
+                                if existing.get("demo") else ""))
     wanted = {**captured.declaration(), **{k: v for k, v in (existing or {}).items() if k not in OWNED}}
     dropped = {i.get("name") for i in (existing or {}).get("capture_instances") or [] if isinstance(i, dict) and i.get("dropped")}
     for instance in wanted.get("capture_instances", []):

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from runner import jars
 from runner.errors import InfrastructureError
+from runner.lock import state_dir
 from runner.profile import Target
 
 
@@ -46,8 +47,7 @@ def create_session(target: Target, project_dir: Path):
     # server (which ships jars to executors) does not
     builder = builder.config("spark.jars", jars.jar_list())
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    state_dir = Path(os.environ.get("SQLSERVER_CDC_STATE_DIR", ".state"))
-    (state_dir if state_dir.is_absolute() else project_dir / state_dir).mkdir(parents=True, exist_ok=True)
+    state_dir(project_dir).mkdir(parents=True, exist_ok=True)
     cwd = Path.cwd()
     try:
         os.chdir(project_dir)  # relative state paths in the profile are relative to the project

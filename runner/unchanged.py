@@ -11,8 +11,8 @@ the state folder:
 
 The next run computes the same fingerprint first. When it is equal, nothing was landed since,
 no table of the warehouse has a commit since, and the project is the same, so the marts are at the
-bounds that run left them at and `begin_run` would find nothing to do: the run says so and exits 0
-without Spark (and without a ledger row). Any other run deletes the record before it starts, so
+bounds that run left them at and `begin_run` would find nothing to do: the run says so, repeats what
+that run said about files that wait, and exits 0 without Spark (and without a ledger row). Any other run deletes the record before it starts, so
 a run that fails or is killed never leaves one. Server targets (`thrift`, `http`) keep no record:
 their warehouse is not on this machine.
 """
@@ -82,10 +82,12 @@ class LastRun:
     def forget(self) -> None:
         self.record.unlink(missing_ok=True)
 
-    def remember(self) -> None:
-        """Records the fingerprint after a successful run (the warehouse as it left it)."""
+    def remember(self, notes: list[str] = ()) -> None:
+        """Records the fingerprint after a successful run (the warehouse as it left it), with what the
+        run said about files that wait (`notes`): a run that finds nothing changed says it again."""
         finished = datetime.now(timezone.utc).isoformat(timespec="seconds")
-        content = {**self.before, "warehouse": warehouse_digest(self.warehouse), "finished_at": finished}
+        content = {**self.before, "warehouse": warehouse_digest(self.warehouse), "finished_at": finished,
+                   "notes": list(notes)}
         partial = self.record.with_suffix(".tmp")
         partial.write_text(json.dumps(content))
         partial.replace(self.record)

@@ -49,7 +49,7 @@
         {%- elif file.get('refused') -%}
             {%- do refused.update({file.relative: file.refused}) -%}
         {%- elif file.get('waiting') -%}
-            {%- do waiting.append(file.relative ~ ': ' ~ file.waiting) -%}
+            {%- do waiting.append({'file': file.relative, 'reason': file.waiting, 'wait': file.get('wait', '')}) -%}
         {%- else -%}
             {%- do new.append(file) -%}
         {%- endif -%}
@@ -92,7 +92,7 @@
     {{ log('sqlserver_cdc.reading ' ~ tojson({'file': none}), info=true) }}
     {%- set refusals = [] -%}
     {%- for relative, reason in refused.items() | sort -%}{%- do refusals.append(relative ~ ': ' ~ reason) -%}{%- endfor -%}
-    {%- set outcome = {'landed': selects | length, 'refused': refusals, 'waiting': waiting | sort, 'ignored': ignored | sort} -%}
+    {%- set outcome = {'landed': selects | length, 'refused': refusals, 'waiting': waiting | sort(attribute='file'), 'ignored': ignored | sort} -%}
     {{ log('sqlserver_cdc.land_files ' ~ tojson(outcome), info=true) }}
     {{ return(outcome) }}
 {%- endmacro %}
