@@ -412,11 +412,15 @@ def _scaffold(args, progress) -> int:
     landing_dir = _landing_dir(args)
     landing.discover(landing_dir)
     progress.step(f"reading the CDC metadata exports in {landing_dir}/cdc_metadata")
-    spark = create_file_writer_session()
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()  # a caller's session (a notebook, the tests) is used, not stopped
+    spark = active or create_file_writer_session()
     try:
         lines = scaffold.scaffold(spark, args.project_dir, landing_dir, args.tables, keys, names)
     finally:
-        spark.stop()
+        if active is None:
+            spark.stop()
     for line in lines:
         progress.step(line)
     if any(line.endswith(": not written") for line in lines):
