@@ -248,13 +248,14 @@ def _one_per_table(described: list[Captured], rows: dict[str, dict]) -> list[Cap
 
 
 def scaffold(spark, project_dir: Path, landing_dir: Path, tables: list[str] = (),
-             keys: dict[str, list[str]] | None = None, names: dict[str, str] | None = None) -> list[str]:
+             keys: dict[str, list[str]] | None = None, names: dict[str, str] | None = None,
+             metadata: dict[str, list[dict]] | None = None) -> list[str]:
     """Writes or updates what each captured table (or those named in `tables`, by name or
     capture instance) needs, named as Naming says (`names`: --name SOURCE=NAME); returns the
     report's lines. A table with a problem that leaves it without columns or a key is reported and
-    not written."""
+    not written. `metadata`: the exports' rows, when read already (default: read_metadata)."""
     naming = Naming(names, declared_instances(project_dir))
-    described = describe(read_metadata(spark, landing_dir), keys or {}, naming)
+    described = describe(read_metadata(spark, landing_dir) if metadata is None else metadata, keys or {}, naming)
     if unused := naming.unused():
         raise UsageError(f"scaffold: --name {', '.join(unused)}: no landed capture instance, source table or table "
                          f"name matches (known: {', '.join(n for c in described for n, _ in c.instances) or 'none'})")

@@ -108,6 +108,20 @@ def test_files_cut_short_and_bad_manifests_are_refused_and_unlisted_files_wait(t
     assert got["snapshots/customers/s1.manifest.json"]["lsns"] == {"snapshot_lsn": "0x0000002C000003000010"}
     assert "a snapshot lands only with its manifest" in got["snapshots/places/alone.csv"]["waiting"]
     assert "table is 'customers', but the manifest is in the folder of places" in got["snapshots/places/other.manifest.json"]["refused"]
+    # what waits is said once per folder and kind of wait, with the remedy (runner/report.py waiting_lines)
+    (managed / "stray2.csv").write_text("a\n1\n")
+    waiting = [{"file": r, "reason": e["waiting"], "wait": e["wait"]} for r, e in sorted(_entries(tmp_path).items())
+               if "waiting" in e]
+    assert report.waiting_lines(waiting) == [
+        "waiting: change_tables/dbo_managed/: 1 file(s) of an export whose manifest lists files that are not in the "
+        "landing folder yet (m3.manifest.json; m3.manifest.json lists later.csv, which is not in the landing folder yet): "
+        + landing.WAITS["incomplete"][1],
+        "waiting: change_tables/dbo_managed/: 2 file(s) that no export manifest lists, in a folder that holds export "
+        "manifests (stray.csv, stray2.csv): " + landing.WAITS["unlisted"][1],
+        "waiting: snapshots/places/: 1 file(s) of a snapshot without its manifest (alone.csv): "
+        + landing.WAITS["snapshot_manifest"][1],
+    ]
+    assert "land the manifest of the export they belong to" in landing.WAITS["unlisted"][1]
 
 
 @pytest.fixture(scope="module")

@@ -146,3 +146,60 @@ def _type_row(sql_type: str) -> dict:
     elif base == "datetime2":
         row["datetime_precision"] = args.rstrip(")")
     return row
+
+
+def test_tables_are_named_as_chosen_and_keep_their_names_on_later_runs(tmp_path):
+    """--name SOURCE=NAME (by capture instance, source table, schema.table or default name), then
+    the name of the declaration listing the capture instance, then the source table in snake case;
+    clashes and names SQL cannot carry are refused naming the remedy."""
+    import pytest
+
+    from runner.errors import UsageError
+
+    assert [scaffold.default_name(ci, t) for ci, t in (
+        ("dbo_LedgerAccounts", "LedgerAccounts"), ("dbo_HTTPLogs", "HTTPLogs"), ("x", "Order Lines"),
+        ("dbo_t2", None), ("dbo_customers", "customers"))] == [
+        "ledger_accounts", "http_logs", "order_lines", "dbo_t2", "customers"]
+    metadata = {
+        "change_tables": [
+            {"capture_instance": "dbo_LedgerAccounts", "object_id": 1, "source_schema": "dbo", "source_table": "LedgerAccounts",
+             "index_column_list": "[account_id]"},
+            {"capture_instance": "sales_InvoiceLines", "object_id": 2, "source_schema": "sales", "source_table": "InvoiceLines",
+             "index_column_list": "[invoice_id], [line_no]"}],
+        "captured_columns": [
+            {"object_id": 1, "column_name": "account_id", "column_type": "int", "column_ordinal": 1},
+            {"object_id": 2, "column_name": "invoice_id", "column_type": "int", "column_ordinal": 1},
+            {"object_id": 2, "column_name": "line_no", "column_type": "smallint", "column_ordinal": 2}],
+        "index_columns": [],
+    }
+
+    def names(chosen=None, declared=None, keys=None):
+        return [c.name for c in scaffold.describe(metadata, keys or {}, scaffold.Naming(chosen, declared))]
+
+    assert names() == ["invoice_lines", "ledger_accounts"]
+    for source in ("dbo.LedgerAccounts", "LEDGERACCOUNTS", "dbo_ledgeraccounts", "ledger_accounts"):
+        assert names({source: "gl_accounts"}) == ["gl_accounts", "invoice_lines"], source
+    # a declared table keeps its name; --key takes the chosen name
+    assert names(declared={"sales_invoicelines": "lines"}) == ["ledger_accounts", "lines"]
+    (accounts,) = [c for c in scaffold.describe(metadata, {"gl": ["account_id"]}, scaffold.Naming({"LedgerAccounts": "gl"}))
+                   if c.name == "gl"]
+    assert accounts.key == ["account_id"]
+    with pytest.raises(UsageError, match="declared as table 'lines'; --name sales_invoicelines=other"):
+        names({"sales_InvoiceLines": "other"}, {"sales_invoicelines": "lines"})
+    with pytest.raises(UsageError, match="letters, digits and underscores"):
+        scaffold.Naming({"LedgerAccounts": "gl accounts"})
+    # in a project: an unknown --name, two tables under one name, a name declared for another instance
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "dbt_project.yml").write_text((PROJECT_DIR / "dbt_project.yml").read_text())
+    naming = scaffold.Naming({"nosuch": "x"})
+    scaffold.describe(metadata, {}, naming)
+    assert naming.unused() == ["nosuch"]
+    (ledger,) = [c for c in scaffold.describe(metadata, {}, scaffold.Naming({"LedgerAccounts": "customers"}))
+                 if c.name == "customers"]
+    with pytest.raises(UsageError, match=r"declared for capture instance dbo_customers, not dbo_LedgerAccounts: pass "
+                                         r"--name dbo_LedgerAccounts=OTHER_NAME .*python -m runner init"):
+        scaffold._declare(project, ledger)
+    with pytest.raises(UsageError, match="would both be named 'books'"):
+        scaffold.scaffold(None, project, tmp_path, names={"LedgerAccounts": "books", "InvoiceLines": "books"},
+                          metadata=metadata)
