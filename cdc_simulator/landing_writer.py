@@ -54,8 +54,8 @@ def _spark_type(sql_type: str):
         return T.DecimalType(19, 4)
     return {
         "int": T.IntegerType(), "bigint": T.LongType(), "smallint": T.ShortType(),
-        "tinyint": T.ShortType(), "bit": T.BooleanType(),
-    }.get(t.split("(")[0], T.TimestampType() if t.startswith(("datetime", "date")) else T.StringType())
+        "tinyint": T.ShortType(), "bit": T.BooleanType(), "date": T.DateType(),
+    }.get(t.split("(")[0], T.TimestampType() if t.startswith("datetime") else T.StringType())
 
 
 def _write_parquet(spark, path: Path, table: TableSpec, records: list[dict[str, object]]) -> None:

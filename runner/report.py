@@ -12,13 +12,13 @@ from runner import landing
 
 
 class Progress:
-    def __init__(self, stream=sys.stdout):
-        self.stream = stream
+    def __init__(self, stream=None):
+        self.stream = stream  # default: sys.stdout when a step is printed (whatever it is then)
         self.started = time.monotonic()
 
     def step(self, message: str) -> None:
         elapsed = time.monotonic() - self.started
-        print(f"[sqlserver_cdc {elapsed:6.1f}s] {message}", file=self.stream, flush=True)
+        print(f"[sqlserver_cdc {elapsed:6.1f}s] {message}", file=self.stream or sys.stdout, flush=True)
 
 
 def _lag(seconds: object) -> str:

@@ -24,8 +24,8 @@ def _commands() -> list[tuple[str, str]]:
     found = []
     for page in PAGES:
         text = page.read_text()
-        snippets = [line for block in re.findall(r"```[a-z]*\n(.*?)```", text, re.S) for line in block.splitlines()]
-        snippets += [" ".join(span.split()) for span in re.findall(r"`([^`]+)`", re.sub(r"```.*?```", "", text, flags=re.S))]
+        snippets = [line for block in re.findall(r"```[a-z]*\n(.*?)```", text, re.DOTALL) for line in block.splitlines()]
+        snippets += [" ".join(span.split()) for span in re.findall(r"`([^`]+)`", re.sub(r"```.*?```", "", text, flags=re.DOTALL))]
         for snippet in (s for s in snippets if any(p.strip() in s for p in PREFIXES)):
             lexer = shlex.shlex(snippet.removeprefix("$ "), posix=True, punctuation_chars="&;|")
             lexer.whitespace_split, lexer.commenters = True, "#"
@@ -81,7 +81,7 @@ def test_every_command_the_docs_show_exists_and_parses(page, command):
     elif command.startswith("python -m cdc_tooling "):
         _argparse_check(tooling_parser(), words[3:], command)
     elif command.startswith("make "):
-        targets = set(re.findall(r"^([\w-]+):", (PROJECT_DIR / "Makefile").read_text(), re.M))
+        targets = set(re.findall(r"^([\w-]+):", (PROJECT_DIR / "Makefile").read_text(), re.MULTILINE))
         assert set(words[1:]) <= targets, f"{page}: {command}: the Makefile has no target {set(words[1:]) - targets}"
     else:
         _dbt_check(words[1:], command)
@@ -112,7 +112,7 @@ def test_the_counts_the_docs_give_are_the_codes():
     assert f"plus {NUMBERS[per_table]} one-line SQL files" in tables
     # the worked example shows that many files
     example = tables.split("## Declaring a tracked table")[1].split("```sql")[1].split("```")[0]
-    assert len(re.findall(r"^-- models/.*\.sql$", example, re.M)) == per_table
+    assert len(re.findall(r"^-- models/.*\.sql$", example, re.MULTILINE)) == per_table
     demo = [t for t in tracked_tables(PROJECT_DIR) if t.demo]
     assert len(demo) == len(tracked_tables(PROJECT_DIR)), "every table the project declares is the demo's"
     assert f"removes the demo's {NUMBERS[len(demo)]} tables" in readme
