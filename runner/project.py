@@ -131,7 +131,7 @@ def copy_project(source: Path, destination: Path, tables: dict[str, dict], repla
     if removed := (declared if replace else list(drop)):
         remove_tables(destination, removed)
     if tables:
-        _rewrite(destination / "dbt_project.yml", lambda document: document["vars"]["cdc_tracked_tables"].update(tables) or True)
+        edit_yaml(destination / "dbt_project.yml", lambda document: document["vars"]["cdc_tracked_tables"].update(tables) or True)
     for name, table in tables.items():
         write_model_files(destination, name, table["channel"])
     return destination
@@ -164,7 +164,7 @@ def round_trip_yaml():
     return rt
 
 
-def _rewrite(path: Path, edit) -> bool:
+def edit_yaml(path: Path, edit) -> bool:
     """Applies `edit` to the YAML document of `path` in place (comments and layout kept); a blank
     line that separated two top-level sections stays even when what preceded it went. Returns
     whether `edit` changed anything (edit returns that)."""
@@ -187,6 +187,44 @@ def _rewrite(path: Path, edit) -> bool:
     return True
 
 
+def _tail(node):
+    """The innermost last block collection of `node`: where ruamel keeps the comment lines that
+    follow the node, i.e. those before the next key (its `ca.end`)."""
+    while True:
+        last = (list(node.values()) if isinstance(node, dict) else list(node))[-1:] if len(node) else []
+        if not last or not isinstance(last[0], (dict, list)) or not len(last[0]) or last[0].fa.flow_style():
+            return node
+        node = last[0]
+
+
+def take_following_comments(node) -> list:
+    """Takes the comment lines that follow `node` (see _tail) off it."""
+    tail = _tail(node)
+    tokens, tail.ca.end = list(tail.ca.end or []), []
+    return tokens
+
+
+def give_following_comments(node, tokens: list) -> None:
+    tail = _tail(node)
+    if tokens and tail.ca.comment is None:
+        tail.ca.comment = [None, None]  # ruamel writes a collection's end comments only beside its own
+    tail.ca.end = [*(tail.ca.end or []), *tokens]
+
+
+def _delete_key(mapping, key: str) -> None:
+    """Deletes a key of a block mapping with the comment lines that belong to it (those before it,
+    which ruamel keeps on the previous key's node); the comment lines before the next key stay."""
+    keys = list(mapping)
+    i = keys.index(key)
+    following = take_following_comments(mapping[key]) if isinstance(mapping[key], (dict, list)) and len(mapping[key]) else []
+    if i > 0 and isinstance(mapping[keys[i - 1]], (dict, list)) and len(mapping[keys[i - 1]]):
+        take_following_comments(mapping[keys[i - 1]])  # the deleted key's own comment lines
+        give_following_comments(mapping[keys[i - 1]], following)
+    elif i == 0:  # the comment lines before the first key are the deleted key's; the next key's follow it
+        mapping.ca.comment = [None, following] if following and len(keys) > 1 else None
+    del mapping[key]
+
+
 def remove_tables(project_dir: Path, names: list[str]) -> list[str]:
     """Removes tracked tables from the project in place: each one's declaration in dbt_project.yml,
     its three thin model files (and a marts folder left empty) and its models' YAML entries (a YAML
@@ -200,10 +238,10 @@ def remove_tables(project_dir: Path, names: list[str]) -> list[str]:
     def undeclare(document) -> bool:
         tables = document["vars"]["cdc_tracked_tables"]
         for name in names:
-            del tables[name]
+            _delete_key(tables, name)
         return bool(names)
 
-    _rewrite(project_dir / "dbt_project.yml", undeclare)
+    edit_yaml(project_dir / "dbt_project.yml", undeclare)
     files = []
     for name in names:
         for relative in model_files(name, declared[name].channel):
@@ -232,7 +270,7 @@ def _drop_model_properties(project_dir: Path, models: set[str]) -> list[str]:
             removed.extend(f"{m['name']} ({where})" for m in gone)
             return bool(gone)
 
-        if _rewrite(yml, drop):
+        if edit_yaml(yml, drop):
             left = yaml.safe_load(yml.read_text()) or {}
             if not left.get("models") and not set(left) - {"version", "models"}:
                 yml.unlink()

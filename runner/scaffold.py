@@ -12,16 +12,22 @@ entries are written when missing. Running it again over the same metadata change
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.scalarstring import DoubleQuotedScalarString
 
 from runner import landing
 from runner.errors import UsageError
-from runner.project import write_model_files
+from runner.project import (
+    edit_yaml,
+    give_following_comments,
+    take_following_comments,
+    write_model_files,
+)
 
 LENGTH_TYPES = ("char", "varchar", "nchar", "nvarchar", "binary", "varbinary")
 PRECISION_TYPES = ("decimal", "numeric")
@@ -312,24 +318,24 @@ def _declare(project_dir: Path, captured: Captured) -> list[str]:
             instance["dropped"] = True
     if existing == wanted:
         return []
-    lines = text.splitlines(keepends=True)
-    start = next((i for i, line in enumerate(lines) if re.match(r"^  cdc_tracked_tables:\s*(\{\}\s*)?(#.*)?$", line)), None)
-    if start is None:
-        raise UsageError("scaffold: dbt_project.yml has no `cdc_tracked_tables:` under `vars:`; add `  cdc_tracked_tables: {}`")
-    lines[start] = "  cdc_tracked_tables:\n"
-    end = next((i for i in range(start + 1, len(lines)) if re.match(r"^ {0,3}\S", lines[i])), len(lines))
-    while end > start + 1 and re.match(r"^\s*(#.*)?$", lines[end - 1]) and not lines[end - 1].startswith("     "):
-        end -= 1  # comments and blank lines before the next section belong to it
-    block = _declaration_lines(captured.name, wanted)
-    first = next((i for i in range(start + 1, end) if re.match(rf"^    {re.escape(captured.name)}:\s*$", lines[i])), None)
-    if first is None:
-        lines[end:end] = block
-    else:
-        last = next((i for i in range(first + 1, end) if re.match(r"^ {0,4}[^\s]", lines[i])), end)
-        while last > first + 1 and re.match(r"^\s*(#.*)?$", lines[last - 1]):
-            last -= 1
-        lines[first:last] = block
-    path.write_text("".join(lines))
+
+    def put(document) -> bool:
+        tables = (document.get("vars") or {}).get("cdc_tracked_tables", False)
+        if tables is False:
+            raise UsageError("scaffold: dbt_project.yml has no `cdc_tracked_tables:` under `vars:`; add "
+                             "`  cdc_tracked_tables: {}`")
+        if tables is None:
+            tables = document["vars"]["cdc_tracked_tables"] = CommentedMap()
+        tables.fa.set_block_style()
+        # the user's own fields keep their node (its style and comments); replacing keeps the table's place
+        mine = tables.get(captured.name) or {}
+        following = take_following_comments(mine or tables[list(tables)[-1]]) if tables else []
+        tables[captured.name] = CommentedMap(
+            (k, _styled(k, v) if k in OWNED or k not in mine else mine[k]) for k, v in wanted.items())
+        give_following_comments(tables[captured.name], following)
+        return True
+
+    edit_yaml(path, put)
     written = ((yaml.safe_load(path.read_text()).get("vars") or {}).get("cdc_tracked_tables") or {}).get(captured.name)
     if written != wanted:
         path.write_text(text)
@@ -338,34 +344,23 @@ def _declare(project_dir: Path, captured: Captured) -> list[str]:
     return ["declaration " + ("updated" if existing else "written")]
 
 
-def _scalar(value: object) -> str:
-    if isinstance(value, str) and re.fullmatch(r"[A-Za-z_][\w()$#@ ]*", value) and value.lower() not in (
-            "true", "false", "null", "yes", "no", "on", "off", "~"):
-        return value
-    return json.dumps(value)
+def _flow(node):
+    node.fa.set_flow_style()
+    return node
 
 
-def _declaration_lines(name: str, declared: dict) -> list[str]:
-    lines = [f"    {name}:\n"]
-    for key, value in declared.items():
-        if key == "columns":
-            lines.append("      columns:\n")
-            lines += [f"        - {{name: {_scalar(c['name'])}, type: {_scalar(c['type'])}"
-                      + (f", ordinal: {c['ordinal']}}}\n" if "ordinal" in c else "}\n") for c in value]
-        elif key == "capture_instances":
-            lines.append("      capture_instances:\n")
-            for instance in value:
-                lines.append(f"        - name: {_scalar(instance['name'])}\n")
-                lines.append(f"          columns: [{', '.join(_scalar(c) for c in instance['columns'])}]\n")
-                lines += ["          dropped: true\n"] if instance.get("dropped") else []
-        elif key == "key":
-            lines.append(f"      key: [{', '.join(_scalar(k) for k in value)}]\n")
-        elif isinstance(value, (dict, list)):
-            dumped = yaml.safe_dump({key: value}, sort_keys=False, default_flow_style=None, width=100)
-            lines += ["      " + line + "\n" for line in dumped.splitlines()]
-        else:
-            lines.append(f"      {key}: {_scalar(value)}\n")
-    return lines
+def _styled(field_name: str, value):
+    """A declared field as docs/tables.md writes it: `key: [a, b]`, one `- {name: .., type: ..}` line
+    per column, a capture instance's columns on one line."""
+    if field_name == "key":
+        return _flow(CommentedSeq(value))
+    if field_name == "columns":  # a type with a comma is quoted, as in the demo's declarations
+        return CommentedSeq(_flow(CommentedMap((k, DoubleQuotedScalarString(v) if "," in str(v) else v)
+                                               for k, v in c.items())) for c in value)
+    if field_name == "capture_instances":
+        return CommentedSeq(CommentedMap((k, _flow(CommentedSeq(v)) if k == "columns" else v) for k, v in i.items())
+                            for i in value)
+    return value
 
 
 class _IndentedDumper(yaml.SafeDumper):

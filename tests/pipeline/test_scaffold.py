@@ -4,6 +4,7 @@ nothing; a build passes on the result."""
 
 from __future__ import annotations
 
+import re
 import uuid
 
 import yaml
@@ -203,3 +204,60 @@ def test_tables_are_named_as_chosen_and_keep_their_names_on_later_runs(tmp_path)
     with pytest.raises(UsageError, match="would both be named 'books'"):
         scaffold.scaffold(None, project, tmp_path, names={"LedgerAccounts": "books", "InvoiceLines": "books"},
                           metadata=metadata)
+
+
+def _blocks(text: str) -> dict[str, str]:
+    """Each declared table's lines in dbt_project.yml: the comment lines right above it, its
+    declaration."""
+    lines = text.splitlines(keepends=True)
+    begin = lines.index("  cdc_tracked_tables:\n")
+    starts = [i for i, line in enumerate(lines) if i > begin and re.match(r"^    \w+:\n$", line) and not any(
+        re.match(r"^\S", earlier) for earlier in lines[begin:i])]
+    blocks = {}
+    for n, i in enumerate(starts):
+        first = i
+        while lines[first - 1].startswith("    #"):
+            first -= 1
+        end = starts[n + 1] if n + 1 < len(starts) else next(j for j in range(i + 1, len(lines)) if not lines[j].startswith("     "))
+        while lines[end - 1].startswith("    #"):
+            end -= 1
+        blocks[lines[i].strip().rstrip(":")] = "".join(lines[first:end])
+    return blocks
+
+
+def test_tables_are_removed_and_declared_in_place_keeping_every_other_line(tmp_path):
+    """init's removal (runner.project.remove_tables) takes out exactly each table's lines and the
+    comments above it, whatever else is removed with it; scaffold appends a declaration in the
+    demo's layout and keeps the lines after the tables where they were."""
+    import itertools
+
+    from runner.project import copy_project as copy
+    from runner.project import remove_tables
+
+    original = (PROJECT_DIR / "dbt_project.yml").read_text()
+    blocks = _blocks(original)
+    assert list(blocks) == ["customers", "order_lines", "employees", "products"]
+    assert blocks["employees"].startswith("    # Fed by SQL Server 2025 Change Event Streaming")
+    for n, names in enumerate(c for r in range(1, 5) for c in itertools.combinations(blocks, r)):
+        project = copy(PROJECT_DIR, tmp_path / f"p{n}", {})
+        remove_tables(project, list(names))
+        expected = original
+        for name in names:
+            expected = expected.replace(blocks[name], "")
+        if len(names) == len(blocks):
+            expected = expected.replace("  cdc_tracked_tables:\n", "  cdc_tracked_tables: {}\n")
+        assert (project / "dbt_project.yml").read_text() == expected, names
+    # scaffold's declarations go after the last table, in the demo's layout (without its mark)
+    project = copy(PROJECT_DIR, tmp_path / "declared", {})
+    remove_tables(project, ["customers", "order_lines"])
+    declared = yaml.safe_load(original)["vars"]["cdc_tracked_tables"]
+    for name in ("customers", "order_lines"):
+        d = declared[name]
+        captured = scaffold.Captured(d["capture_instance"], name, d["source_schema"], d["source_table"], d["key"],
+                                     d["columns"], instances=[(d["capture_instance"], [c["name"] for c in d["columns"]])])
+        assert scaffold._declare(project, captured) == ["declaration written"]
+        assert scaffold._declare(project, captured) == []
+    mine = "".join(blocks[n].replace("      demo: true\n", "") for n in ("customers", "order_lines"))
+    expected = original.replace(blocks["customers"], "").replace(blocks["order_lines"], "")
+    expected = expected.replace(blocks["products"], blocks["products"] + mine)
+    assert (project / "dbt_project.yml").read_text() == expected
