@@ -22,11 +22,11 @@ from tests.expected import check_marts
 LEDGER = TableSpec("gl_accounts", "dbo_LedgerAccounts", ("account_id",), (
     Column("account_id", "int", 1), Column("account_name", "nvarchar(80)", 2), Column("balance", "decimal(18,2)", 3),
     Column("opened_on", "date", 4), Column("is_closed", "bit", 5)))
-INVOICE_LINES = TableSpec("invoice_lines", "sales_InvoiceLines", ("invoice_id", "line_no"), (
+INVOICE_LINES = TableSpec("invoice_items", "sales_InvoiceLines", ("invoice_id", "line_no"), (
     Column("invoice_id", "int", 1), Column("line_no", "smallint", 2), Column("sku", "char(10)", 3),
     Column("quantity", "int", 4), Column("amount", "money", 5), Column("note", "nvarchar(max)", 6)))
 TABLES = [INVOICE_LINES, LEDGER]
-FORMATS = {"gl_accounts": "parquet", "invoice_lines": "csv"}
+FORMATS = {"gl_accounts": "parquet", "invoice_items": "csv"}
 
 
 def _readme_steps() -> list[str]:
@@ -81,20 +81,21 @@ def test_a_newcomer_gets_from_a_fresh_clone_to_their_own_tables(spark, tmp_path,
     assert tooling.main(["demo", *here]) == 2  # it would write simulated changes of the user's tables
     assert "the demo runs on the demo's tables only" in capfd.readouterr().out
 
-    # the metadata exports, then scaffold as README shows it: a chosen name, the other by default
+    # the metadata exports, then scaffold as README shows it, naming the second table too (by capture instance)
     sim = Simulator(TABLES, seed=33)
     txs = sim.run(60)
     landing_writer.write_captured_columns(landing, TABLES)
     landing_writer.write_change_tables(landing, "metadata", TABLES, {t.capture_instance: txs[0].begin_lsn for t in TABLES})
     chosen = shlex.split(scaffold)[3:]
     assert chosen == ["scaffold", "--name", "dbo.LedgerAccounts=gl_accounts"]
-    assert cli.main([*chosen, *here]) == 0
+    assert cli.main([*chosen, "sales_InvoiceLines=invoice_items", *here]) == 0
     capfd.readouterr()
     declared = {t.name: t for t in tracked_tables(project)}
     assert declared == {t.name: t for t in TABLES}
     files = {p: p.read_bytes() for p in [project / "dbt_project.yml", *(project / "models").rglob("*")] if p.is_file()}
-    assert cli.main(["scaffold", *here]) == 0  # again, without --name: the chosen name stays, nothing changes
-    assert "gl_accounts: unchanged" in capfd.readouterr().out
+    assert cli.main(["scaffold", *here]) == 0  # again, without --name: the chosen names stay, nothing changes
+    out = capfd.readouterr().out
+    assert "gl_accounts: unchanged" in out and "invoice_items: unchanged" in out
     assert {p: p.read_bytes() for p in files} == files
 
     # batch 1, run as README shows it
