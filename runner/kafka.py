@@ -41,21 +41,14 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
+from pydantic import ValidationError
 
+from runner.config import KafkaSourceSpec, explain, project_vars
 from runner.errors import InfrastructureError, UsageError
 
 CHANNELS = ("ces", "debezium")
 OFFSETS_KIND = "kafka_offsets"
 NAME = re.compile(r"^[a-z][a-z0-9_]*$")
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-# consumer options the runner sets itself (Spark's Kafka source refuses most of them)
-MANAGED = {"bootstrap.servers", "key.deserializer", "value.deserializer", "auto.offset.reset", "enable.auto.commit",
-           "interceptor.classes", "allow.auto.create.topics", "group.id"}
-# option names whose values are secrets: only through secret_options (environment variables)
-SECRET = re.compile(r"(?i)jaas|password|secret|token|credential|(^|\.)key$")
-FIELDS = {"channel", "bootstrap_servers", "bootstrap_servers_env", "topics", "topic_pattern", "starting_offsets",
-          "options", "secret_options"}
 TIMEOUT_SECONDS = 60
 
 
@@ -93,8 +86,7 @@ class KafkaSource:
 
 def sources(project_dir: Path) -> list[KafkaSource]:
     """The Kafka sources declared in the project, checked (UsageError names source and field)."""
-    config = yaml.safe_load((project_dir / "dbt_project.yml").read_text()) or {}
-    declared = (config.get("vars") or {}).get("cdc_kafka_sources") or {}
+    declared = project_vars(project_dir).get("cdc_kafka_sources") or {}
     if not isinstance(declared, dict):
         raise UsageError("vars cdc_kafka_sources must map source names to their settings")
     return parse_sources(declared)
@@ -120,55 +112,15 @@ def _source(name: str, spec: object) -> KafkaSource:
         raise UsageError(f"{where}: a source name is lower-case letters, digits and _ (it names its stored offsets)")
     if not isinstance(spec, dict):
         raise UsageError(f"{where}: expected a mapping of settings")
-    unknown = sorted(set(spec) - FIELDS)
-    if unknown:
-        raise UsageError(f"{where}: unknown field(s) {', '.join(unknown)}; known: {', '.join(sorted(FIELDS))}")
-    channel = spec.get("channel")
-    if channel not in CHANNELS:
-        raise UsageError(f"{where}: channel must be one of {', '.join(CHANNELS)}; got {channel!r}")
-    if ("bootstrap_servers" in spec) == ("bootstrap_servers_env" in spec):
-        raise UsageError(f"{where}: give bootstrap_servers or bootstrap_servers_env (an environment variable), one")
-    if "bootstrap_servers_env" in spec and not ENV_NAME.match(str(spec["bootstrap_servers_env"])):
-        raise UsageError(f"{where}: bootstrap_servers_env must name an environment variable")
-    if ("topics" in spec) == ("topic_pattern" in spec):
-        raise UsageError(f"{where}: give topics (a list) or topic_pattern (a regular expression), one")
-    topics = spec.get("topics", [])
-    if "topics" in spec and (not isinstance(topics, list) or not topics
-                             or not all(isinstance(t, str) and t for t in topics)):
-        raise UsageError(f"{where}: topics must be a non-empty list of topic names")
-    pattern = spec.get("topic_pattern")
-    if pattern is not None:
-        try:
-            re.compile(str(pattern))
-        except re.error as exc:
-            raise UsageError(f"{where}: topic_pattern {pattern!r} is not a regular expression: {exc}") from None
-    starting = spec.get("starting_offsets", "earliest")
-    if starting not in ("earliest", "latest"):
-        raise UsageError(f"{where}: starting_offsets must be earliest or latest; got {starting!r}")
-    options = spec.get("options") or {}
-    secret_options = spec.get("secret_options") or {}
-    if not isinstance(options, dict) or not isinstance(secret_options, dict):
-        raise UsageError(f"{where}: options and secret_options must be mappings")
-    for option, value in options.items():
-        if option in MANAGED:
-            raise UsageError(f"{where}: option {option} is set by the runner; leave it out")
-        if SECRET.search(str(option)):
-            raise UsageError(f"{where}: option {option} holds a secret: move it to secret_options, naming the "
-                             "environment variable that holds it (secrets never sit in files)")
-        if isinstance(value, (dict, list)) or value is None:
-            raise UsageError(f"{where}: option {option} must be a single value")
-    for option, variable in secret_options.items():
-        if option in MANAGED:
-            raise UsageError(f"{where}: option {option} is set by the runner; leave it out")
-        if not isinstance(variable, str) or not ENV_NAME.match(variable):
-            raise UsageError(f"{where}: secret_options.{option} must name an environment variable (not hold the "
-                             "secret itself)")
+    try:
+        checked = KafkaSourceSpec.model_validate(spec)
+    except ValidationError as exc:
+        raise UsageError(f"{where}: {explain(exc)}") from None
     return KafkaSource(
-        name=name, channel=channel, bootstrap_servers=spec.get("bootstrap_servers"),
-        bootstrap_servers_env=spec.get("bootstrap_servers_env"), topics=tuple(topics),
-        topic_pattern=None if pattern is None else str(pattern), starting_offsets=starting,
-        options={str(k): _text(v) for k, v in options.items()},
-        secret_options={str(k): v for k, v in secret_options.items()})
+        name=name, channel=checked.channel, bootstrap_servers=checked.bootstrap_servers,
+        bootstrap_servers_env=checked.bootstrap_servers_env, topics=tuple(checked.topics or ()),
+        topic_pattern=checked.topic_pattern, starting_offsets=checked.starting_offsets,
+        options={k: _text(v) for k, v in checked.options.items()}, secret_options=dict(checked.secret_options))
 
 
 def _text(value: object) -> str:

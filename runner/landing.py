@@ -42,6 +42,9 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from pydantic import ValidationError
+
+from runner.config import ExportManifest, SnapshotManifest, explain, project_vars
 from runner.errors import UsageError
 from runner.project import exported_columns
 
@@ -199,10 +202,7 @@ def csv_dialects(project_dir: Path) -> dict[str, dict[str, str]]:
     """The var cdc_csv_dialects of the project's dbt_project.yml, checked: a mapping of a folder
     of the landing folder (e.g. `change_tables/dbo_orders`, or `snapshots` for all snapshots) to
     the CSV options its files are read with instead of RFC 4180's (see CSV_SETTABLE)."""
-    import yaml
-
-    path = project_dir / "dbt_project.yml"
-    declared = ((yaml.safe_load(path.read_text()) or {}).get("vars") or {}).get("cdc_csv_dialects") if path.exists() else None
+    declared = project_vars(project_dir).get("cdc_csv_dialects")
     if declared is None:
         return {}
     if not isinstance(declared, dict):
@@ -353,6 +353,10 @@ def _apply_manifest(landing_dir: Path, manifest: dict, entries: dict[str, dict],
                 entries[relative]["wait"] = "incomplete"
 
 
+class ManifestError(Exception):
+    """What is wrong with an export manifest (it is refused with this reason)."""
+
+
 def _read_manifest(path: Path, kind: str, entity: str) -> dict[str, object]:
     """The fields of a manifest, checked. An export of changes (kind `manifest`, docs/landing.md "Export
     manifests"): capture_instance (its folder's), through_lsn (inclusive), after_lsn (exclusive,
@@ -360,43 +364,23 @@ def _read_manifest(path: Path, kind: str, entity: str) -> dict[str, object]:
     "Snapshots"): table (its folder's), snapshot_lsn (the LSN it is consistent at). Both: files
     [{path (relative to the manifest), rows, bytes (optional)}]. The LSNs, in `lsns`, are checked
     by land_files (they parse in SQL, like every other LSN). Raises ManifestError."""
-    owner, lsn_fields = ("capture_instance", ("through_lsn", "after_lsn")) if kind == "manifest" else (
-        "table", ("snapshot_lsn",))
+    model, owner, lsn_fields = (ExportManifest, "capture_instance", ("through_lsn", "after_lsn")) if kind == "manifest" \
+        else (SnapshotManifest, "table", ("snapshot_lsn",))
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ManifestError(f"not a JSON document ({exc})") from None
     if not isinstance(doc, dict):
         raise ManifestError("not a JSON object")
-    unknown = sorted(set(doc) - {owner, *lsn_fields, "files"})
-    if unknown:
-        raise ManifestError(f"unknown field(s) {', '.join(unknown)}; this manifest has {owner}, "
-                            f"{', '.join(lsn_fields)} and files")
-    if str(doc.get(owner, "")).lower() != entity.lower():
-        raise ManifestError(f"{owner} is {doc.get(owner)!r}, but the manifest is in the folder of {entity}")
-    for field in lsn_fields:
-        if not (doc.get(field) is None and field == "after_lsn") and not isinstance(doc.get(field), str):
-            raise ManifestError(f"{field} must be an LSN as text, e.g. 0x0000002C00000300017C; got {doc.get(field)!r}")
-    files = doc.get("files")
-    if not isinstance(files, list):
-        raise ManifestError("files must be a list of {path, rows} (an empty list for a range with no changes)")
-    checked = []
-    for item in files:
-        if not (isinstance(item, dict) and isinstance(item.get("path"), str) and item["path"]
-                and set(item) <= {"path", "rows", "bytes"} and _count(item.get("rows"))
-                and (item.get("bytes") is None or _count(item["bytes"]))):
-            raise ManifestError(f"each entry of files needs path (text), rows (a count) and optionally bytes; got {item!r}")
-        checked.append({"path": item["path"], "rows": item["rows"], "bytes": item.get("bytes")})
-    return {"owner": owner, "lsns": {f: doc.get(f) for f in lsn_fields}, "files": checked,
-            "text": json.dumps(doc, sort_keys=True)}
-
-
-def _count(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
-class ManifestError(Exception):
-    """What is wrong with an export manifest (it is refused with this reason)."""
+    try:
+        manifest = model.model_validate(doc)
+    except ValidationError as exc:
+        raise ManifestError(f"{explain(exc)}; this manifest has {owner}, {', '.join(lsn_fields)} and files "
+                            "[{path, rows, bytes (optional)}]") from None
+    if getattr(manifest, owner).lower() != entity.lower():
+        raise ManifestError(f"{owner} is {getattr(manifest, owner)!r}, but the manifest is in the folder of {entity}")
+    return {"owner": owner, "lsns": {f: getattr(manifest, f) for f in lsn_fields},
+            "files": [f.model_dump() for f in manifest.files], "text": json.dumps(doc, sort_keys=True)}
 
 
 def land(dbt, landing_dir: Path, raw_schema: str, batch_id: str) -> dict[str, object]:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import yaml
 
+from runner.config import tracked_table_declarations
 from runner.errors import UsageError
 
 
@@ -37,47 +38,30 @@ class TableSpec:
 
 
 def tracked_tables(project_dir: Path) -> list[TableSpec]:
-    path = project_dir / "dbt_project.yml"
-    if not path.exists():
-        raise UsageError(f"no dbt_project.yml in {project_dir}; pass --project-dir to the project folder")
-    declared = (yaml.safe_load(path.read_text()).get("vars") or {}).get("cdc_tracked_tables") or {}
+    """The declared tracked tables (runner/config.py checks them). With several capture instances
+    a column's ordinal is optional: its position (docs/tables.md "Capture-instance changes")."""
     specs = []
-    for name, table in declared.items():
-        try:
-            # with several capture instances an ordinal is optional: its position (docs/tables.md "Capture-instance changes")
-            instances = table.get("capture_instances")
-            columns = tuple(Column(c["name"], str(c["type"]), int(c["ordinal"] if not instances else c.get("ordinal", i)))
-                            for i, c in enumerate(table["columns"], 1))
-            channel = table.get("channel", "change_tables")
-            if channel == "change_tables":
-                latest = instances[-1]["name"] if instances else table["capture_instance"]
-                specs.append(TableSpec(name, latest, tuple(table["key"]), columns, demo=table.get("demo") is True))
-            else:
-                source = (table.get("source_database"), table.get("source_schema"), table.get("source_table"))
-                specs.append(TableSpec(name, None, tuple(table["key"]), columns, channel, source, table.get("demo") is True))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise UsageError(f"tracked table '{name}' in dbt_project.yml is incomplete: {exc}") from exc
+    for name, table in tracked_table_declarations(project_dir).items():
+        columns = tuple(Column(c.name, c.type, c.ordinal if c.ordinal is not None else i)
+                        for i, c in enumerate(table.columns, 1))
+        if table.channel == "change_tables":
+            specs.append(TableSpec(name, table.instances[-1][0], tuple(table.key), columns, demo=table.demo))
+        else:
+            source = (table.source_database, table.source_schema, table.source_table)
+            specs.append(TableSpec(name, None, tuple(table.key), columns, table.channel, source, table.demo))
     return specs
 
 
 def exported_columns(project_dir: Path) -> dict[str, list[str]]:
     """Per landing folder of a declared capture instance (`change_tables/<instance>`, lower case),
     the captured columns its exports must carry (lower case): the instance's `columns`, or the
-    table's declared columns when it has one capture instance. Undeclared instances and
-    incomplete declarations are not listed (tracked_tables reports those)."""
-    path = project_dir / "dbt_project.yml"
-    declared = ((yaml.safe_load(path.read_text()) or {}).get("vars") or {}).get("cdc_tracked_tables") or {} \
-        if path.exists() else {}
+    table's declared columns when it has one capture instance."""
     expected = {}
-    for table in declared.values():
-        if not isinstance(table, dict) or table.get("channel", "change_tables") != "change_tables":
-            continue
-        names = [str(c["name"]).lower() for c in table.get("columns") or [] if isinstance(c, dict) and "name" in c]
-        for instance in table.get("capture_instances") or [{"name": table.get("capture_instance"), "columns": None}]:
-            if isinstance(instance, dict) and instance.get("name"):
-                columns = instance.get("columns")
-                expected[f"change_tables/{str(instance['name']).lower()}"] = \
-                    [str(c).lower() for c in columns] if isinstance(columns, list) else names
+    for table in tracked_table_declarations(project_dir).values():
+        if table.channel == "change_tables":
+            for instance, columns in table.instances:
+                expected[f"change_tables/{instance.lower()}"] = [c.lower() for c in columns or (
+                    c.name for c in table.columns)]
     return expected
 
 

@@ -21,6 +21,7 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.scalarstring import DoubleQuotedScalarString
 
 from runner import landing
+from runner.config import declared_tables
 from runner.errors import UsageError
 from runner.project import (
     edit_yaml,
@@ -152,8 +153,7 @@ class Naming:
 
 def declared_instances(project_dir: Path) -> dict[str, str]:
     """The declared change-table tables' names by capture instance (lower case)."""
-    path = project_dir / "dbt_project.yml"
-    declared = ((yaml.safe_load(path.read_text()) or {}).get("vars") or {}).get("cdc_tracked_tables") or {}
+    declared = declared_tables(project_dir)
     found = {}
     for name, table in declared.items():
         if isinstance(table, dict) and table.get("channel", "change_tables") == "change_tables":
@@ -298,7 +298,7 @@ def _declare(project_dir: Path, captured: Captured) -> list[str]:
     """Writes or updates the table's declaration in dbt_project.yml, in place."""
     path = project_dir / "dbt_project.yml"
     text = path.read_text()
-    existing = ((yaml.safe_load(text).get("vars") or {}).get("cdc_tracked_tables") or {}).get(captured.name)
+    existing = declared_tables(project_dir).get(captured.name)
     if existing is not None and existing.get("channel", "change_tables") != "change_tables":
         raise UsageError(f"scaffold: tracked table '{captured.name}' is declared with channel {existing['channel']}; "
                          "rename one of them")
@@ -336,7 +336,7 @@ def _declare(project_dir: Path, captured: Captured) -> list[str]:
         return True
 
     edit_yaml(path, put)
-    written = ((yaml.safe_load(path.read_text()).get("vars") or {}).get("cdc_tracked_tables") or {}).get(captured.name)
+    written = declared_tables(project_dir).get(captured.name)
     if written != wanted:
         path.write_text(text)
         raise UsageError(f"scaffold: could not write the declaration of {captured.name} into dbt_project.yml "
@@ -361,16 +361,6 @@ def _styled(field_name: str, value):
         return CommentedSeq(CommentedMap((k, _flow(CommentedSeq(v)) if k == "columns" else v) for k, v in i.items())
                             for i in value)
     return value
-
-
-class _IndentedDumper(yaml.SafeDumper):
-    """Lists indented under their key, as the project's YAML files write them."""
-
-    def increase_indent(self, flow: bool = False, indentless: bool = False):
-        return super().increase_indent(flow, False)
-
-    def ignore_aliases(self, data) -> bool:
-        return True
 
 
 def table_checks(name: str) -> list[dict]:
@@ -435,8 +425,8 @@ def model_properties(captured: Captured) -> dict[str, list[dict]]:
 
 
 def _document(project_dir: Path, captured: Captured) -> list[str]:
-    """Appends the YAML entries of the table's models that have none to the layer's YAML file;
-    entries that exist are left as they are (the user may have edited them)."""
+    """Appends the YAML entries of the table's models that have none to the layer's YAML file (the
+    rest of the file as it was); entries that exist are left as they are (the user may have edited them)."""
     documented = set()
     for yml in (project_dir / "models").rglob("*.yml"):
         documented |= {m.get("name") for m in ((yaml.safe_load(yml.read_text()) or {}).get("models") or [])}
@@ -446,18 +436,29 @@ def _document(project_dir: Path, captured: Captured) -> list[str]:
         if not missing:
             continue
         path = project_dir / YAML_FILES[layer]
-        current = yaml.safe_load(path.read_text()) if path.exists() else None
-        dumped = yaml.dump(missing, Dumper=_IndentedDumper, sort_keys=False, width=110, allow_unicode=True,
-                           default_flow_style=None)
-        if current and current.get("models"):
-            text = path.read_text()
-            # the file's own indentation of the models list
-            indent = re.search(r"^models:\s*\n(?:\s*(?:#.*)?\n)*( *)- ", text, re.MULTILINE)
-            prefix = indent.group(1) if indent else "  "
-            path.write_text(text + ("" if text.endswith("\n") else "\n") + "\n"
-                            + "".join(prefix + line + "\n" if line else "\n" for line in dumped.splitlines()))
-        else:
+        if not path.exists():
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text("version: 2\n\nmodels:\n" + "".join("  " + line + "\n" for line in dumped.splitlines()))
+            path.write_text("version: 2\n\nmodels: []\n")
+
+        def append(document, missing: list[dict] = missing) -> bool:
+            models = document.get("models")
+            if models is None:
+                models = document["models"] = CommentedSeq()
+            models.fa.set_block_style()
+            following = take_following_comments(models) if models else []
+            models.extend(_quoted(e) for e in missing)
+            give_following_comments(models, following)
+            return True
+
+        edit_yaml(path, append)
         written.append(f"{', '.join(e['name'] for e in missing)} documented in {YAML_FILES[layer]}")
     return written
+
+
+def _quoted(value):
+    """A YAML entry with its Jinja (`{{ doc('...') }}`) in double quotes, as the project's files write it."""
+    if isinstance(value, dict):
+        return CommentedMap((k, _quoted(v)) for k, v in value.items())
+    if isinstance(value, list):
+        return CommentedSeq(_quoted(v) for v in value)
+    return DoubleQuotedScalarString(value) if isinstance(value, str) and "{{" in value else value

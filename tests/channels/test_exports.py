@@ -53,6 +53,8 @@ def test_files_cut_short_and_bad_manifests_are_refused_and_unlisted_files_wait(t
     (managed / "m4.manifest.json").write_text("{not json")
     _manifest(managed, "m5.manifest.json", [], capture_instance="dbo_other")
     _manifest(managed, "m6.manifest.json", [{"path": "../dbo_plain/whole.csv", "rows": 1}])
+    (managed / "m7.manifest.json").write_text(json.dumps(
+        {"capture_instance": "dbo_managed", "files": [{"path": "e1.csv", "rows": "2"}], "note": 1}))
 
     snaps = tmp_path / "snapshots"
     (snaps / "customers").mkdir(parents=True)
@@ -88,6 +90,7 @@ def test_files_cut_short_and_bad_manifests_are_refused_and_unlisted_files_wait(t
         "change_tables/dbo_managed/m4.manifest.json": "refused",
         "change_tables/dbo_managed/m5.manifest.json": "refused",
         "change_tables/dbo_managed/m6.manifest.json": "refused",
+        "change_tables/dbo_managed/m7.manifest.json": "refused",
         # once a folder has manifests, files none lists wait
         "change_tables/dbo_managed/stray.csv": "waiting",
         # a snapshot needs its manifest, which names its table
@@ -103,6 +106,10 @@ def test_files_cut_short_and_bad_manifests_are_refused_and_unlisted_files_wait(t
     assert "not a JSON document" in got["change_tables/dbo_managed/m4.manifest.json"]["refused"]
     assert "in the folder of dbo_managed" in got["change_tables/dbo_managed/m5.manifest.json"]["refused"]
     assert "outside change_tables/dbo_managed/" in got["change_tables/dbo_managed/m6.manifest.json"]["refused"]
+    # a manifest's mistakes are named by field (runner/config.py)
+    assert got["change_tables/dbo_managed/m7.manifest.json"]["refused"].startswith(
+        "export manifest: unknown field(s) note; through_lsn: Field required; files.0.rows: Input should be a valid "
+        "integer; this manifest has capture_instance, through_lsn, after_lsn and files")
     assert got["change_tables/dbo_managed/m1.manifest.json"]["rows_by_file"] == {"change_tables/dbo_managed/e1.csv": 2}
     assert got["snapshots/customers/s1.manifest.json"]["kind"] == "snapshot_manifest"
     assert got["snapshots/customers/s1.manifest.json"]["lsns"] == {"snapshot_lsn": "0x0000002C000003000010"}

@@ -214,12 +214,12 @@ def test_records_deleted_by_retention_stop_their_source_until_the_gap_is_accepte
 
 
 @pytest.mark.parametrize(("spec", "message"), [
-    ({"channel": "cdc", "bootstrap_servers": "h:1", "topics": ["t"]}, "channel must be one of ces, debezium"),
+    ({"channel": "cdc", "bootstrap_servers": "h:1", "topics": ["t"]}, "channel: Input should be 'ces' or 'debezium'"),
     ({"channel": "ces", "topics": ["t"]}, "give bootstrap_servers or bootstrap_servers_env"),
     ({"channel": "ces", "bootstrap_servers": "h:1"}, "give topics (a list) or topic_pattern"),
     ({"channel": "ces", "bootstrap_servers": "h:1", "topic_pattern": "("}, "is not a regular expression"),
     ({"channel": "ces", "bootstrap_servers": "h:1", "topics": ["t"], "starting_offsets": "now"},
-     "starting_offsets must be earliest or latest"),
+     "starting_offsets: Input should be 'earliest' or 'latest'"),
     ({"channel": "ces", "bootstrap_servers": "h:1", "topics": ["t"],
       "options": {"sasl.jaas.config": "PlainLoginModule required password=\"x\";"}}, "holds a secret: move it"),
     ({"channel": "ces", "bootstrap_servers": "h:1", "topics": ["t"], "options": {"ssl.key.password": "x"}},

@@ -5,6 +5,7 @@ declaration is an error that names the table and the field."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import yaml
@@ -109,3 +110,23 @@ def test_a_declared_name_that_generated_sql_cannot_carry_is_refused_naming_it(ch
         table.update(change)
     with pytest.raises(AssertionError, match=f"tracked table 'customers': {message}"):
         compile_sql("{{ sqlserver_cdc.tracked_table('customers') }}", {"cdc_tracked_tables": {**declared, "customers": table}})
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"key": []}, "tracked table 'customers' in dbt_project.yml: key: List should have at least 1 item"),
+    ({"channel": "change_table"}, "channel: Input should be 'change_tables', 'ces' or 'debezium'"),
+    ({"capture_instances": [{"name": "dbo_c", "columns": ["customer_id"]}]}, "give capture_instance or capture_instances"),
+    ({"columns": [{"name": "customer_id", "type": "int"}]}, "every column needs its ordinal"),
+    ({"columns": [{"name": "customer_id", "type": "int", "ordinal": "first"}]}, "columns.0.ordinal: Input should be a valid integer"),
+    ({"columns": [{"name": True, "type": "int", "ordinal": 1}]}, "columns.0.name: Input should be a valid string"),
+])
+def test_the_runner_refuses_a_declaration_it_cannot_read_naming_the_table_and_field(tmp_path, change, message):
+    """Before Spark starts (runner/config.py), with the field's path; the dbt side checks the rest."""
+    from runner.errors import UsageError
+    from runner.project import tracked_tables
+
+    config = yaml.safe_load((PROJECT_DIR / "dbt_project.yml").read_text())
+    config["vars"]["cdc_tracked_tables"]["customers"].update(change)
+    (tmp_path / "dbt_project.yml").write_text(yaml.safe_dump(config))
+    with pytest.raises(UsageError, match=re.escape(message)):
+        tracked_tables(tmp_path)

@@ -1,0 +1,193 @@
+"""What users write, read in one place as typed models (pydantic) with errors naming the field:
+the project's vars in dbt_project.yml (tracked tables, Kafka sources, CSV dialects) and the export
+manifests in the landing folder. The dbt side checks declarations again when it compiles
+(macro tracked_table: names, types, options); this side checks what the runner needs before
+Spark starts."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    model_validator,
+)
+
+from runner.errors import UsageError
+
+ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+# Kafka consumer options the runner sets itself (Spark's Kafka source refuses most of them)
+MANAGED = {"bootstrap.servers", "key.deserializer", "value.deserializer", "auto.offset.reset", "enable.auto.commit",
+           "interceptor.classes", "allow.auto.create.topics", "group.id"}
+# option names whose values are secrets: only through secret_options (environment variables)
+SECRET = re.compile(r"(?i)jaas|password|secret|token|credential|(^|\.)key$")
+Count = Field(ge=0)
+
+
+def explain(exc: ValidationError) -> str:
+    """A validation error as one phrase per problem, each naming its field (`files.0.rows: ...`);
+    unknown fields together, with the known ones."""
+    extra = [".".join(map(str, e["loc"])) for e in exc.errors() if e["type"] == "extra_forbidden"]
+    parts = [f"unknown field(s) {', '.join(extra)}"] if extra else []
+    for e in exc.errors():
+        if e["type"] != "extra_forbidden":
+            where = ".".join(map(str, e["loc"]))
+            message = e["msg"].removeprefix("Value error, ")
+            parts.append(f"{where}: {message}" if where else message)
+    return "; ".join(parts)
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# --- export manifests (docs/landing.md "Export manifests", "Snapshots")
+
+class ManifestFile(_Model):
+    path: StrictStr = Field(min_length=1)
+    rows: StrictInt = Count
+    bytes: StrictInt | None = Field(default=None, ge=0)
+
+
+class ExportManifest(_Model):
+    """An export of a capture instance's changes: the LSN range (after_lsn, through_lsn] it covers,
+    and its files with their row counts. The LSNs parse in SQL, like every other LSN (land_files)."""
+
+    capture_instance: StrictStr
+    through_lsn: StrictStr
+    after_lsn: StrictStr | None = None
+    files: list[ManifestFile]
+
+
+class SnapshotManifest(_Model):
+    """A snapshot of a tracked table, consistent at snapshot_lsn, and its files."""
+
+    table: StrictStr
+    snapshot_lsn: StrictStr
+    files: list[ManifestFile]
+
+
+# --- Kafka sources (docs/channels.md "Reading from Kafka and Event Hubs")
+
+class KafkaSourceSpec(_Model):
+    channel: Literal["ces", "debezium"]
+    bootstrap_servers: StrictStr | None = None
+    bootstrap_servers_env: StrictStr | None = Field(default=None, pattern=ENV_NAME)
+    topics: list[StrictStr] | None = Field(default=None, min_length=1)
+    topic_pattern: StrictStr | None = None
+    starting_offsets: Literal["earliest", "latest"] = "earliest"
+    options: dict[str, StrictStr | StrictInt | float | bool] = Field(default_factory=dict)
+    secret_options: dict[str, StrictStr] = Field(default_factory=dict)  # option -> environment variable
+
+    @model_validator(mode="after")
+    def _consistent(self) -> KafkaSourceSpec:
+        if (self.bootstrap_servers is None) == (self.bootstrap_servers_env is None):
+            raise ValueError("give bootstrap_servers or bootstrap_servers_env (an environment variable), one")
+        if (self.topics is None) == (self.topic_pattern is None):
+            raise ValueError("give topics (a list) or topic_pattern (a regular expression), one")
+        if self.topics is not None and not all(self.topics):
+            raise ValueError("topics must be a non-empty list of topic names")
+        if self.topic_pattern is not None:
+            try:
+                re.compile(self.topic_pattern)
+            except re.error as exc:
+                raise ValueError(f"topic_pattern {self.topic_pattern!r} is not a regular expression: {exc}") from None
+        for option in [*self.options, *self.secret_options]:
+            if option in MANAGED:
+                raise ValueError(f"option {option} is set by the runner; leave it out")
+        for option in self.options:
+            if SECRET.search(option):
+                raise ValueError(f"option {option} holds a secret: move it to secret_options, naming the environment "
+                                 "variable that holds it (secrets never sit in files)")
+        for option, variable in self.secret_options.items():
+            if not re.match(ENV_NAME, variable):
+                raise ValueError(f"secret_options.{option} must name an environment variable (not hold the secret "
+                                 "itself)")
+        return self
+
+
+# --- tracked tables (docs/tables.md "Declaring a tracked table"): the fields the runner reads;
+# others (history_columns, soft_deletes, debezium, ...) are the dbt side's to check
+
+class _Open(BaseModel):
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+
+class ColumnDeclaration(_Open):
+    name: StrictStr
+    type: StrictStr
+    ordinal: StrictInt | None = Field(default=None, ge=1)
+
+
+class InstanceDeclaration(_Open):
+    name: StrictStr
+    columns: list[StrictStr] = Field(min_length=1)
+    dropped: bool = False
+
+
+class TableDeclaration(_Open):
+    channel: Literal["change_tables", "ces", "debezium"] = "change_tables"
+    capture_instance: StrictStr | None = None
+    capture_instances: list[InstanceDeclaration] | None = Field(default=None, min_length=1)
+    source_database: StrictStr | None = None
+    source_schema: StrictStr | None = None
+    source_table: StrictStr | None = None
+    key: list[StrictStr] = Field(min_length=1)
+    columns: list[ColumnDeclaration] = Field(min_length=1)
+    demo: bool = False  # one of the demo's tables, which `python -m runner init` removes
+
+    @model_validator(mode="after")
+    def _instances(self) -> TableDeclaration:
+        if self.channel == "change_tables":
+            if (self.capture_instance is None) == (self.capture_instances is None):
+                raise ValueError("give capture_instance or capture_instances (a table captured by several), one")
+            if self.capture_instances is None and any(c.ordinal is None for c in self.columns):
+                raise ValueError("every column needs its ordinal (cdc.captured_columns.column_ordinal)")
+        return self
+
+    @property
+    def instances(self) -> list[tuple[str, list[str] | None]]:
+        """Its capture instances, oldest first, with the columns each captures (None: the table's)."""
+        if self.capture_instances:
+            return [(i.name, list(i.columns)) for i in self.capture_instances]
+        return [(self.capture_instance, None)] if self.capture_instance else []
+
+
+def tracked_table_declarations(project_dir: Path) -> dict[str, TableDeclaration]:
+    """The var cdc_tracked_tables, checked (UsageError names the table and the field)."""
+    checked = {}
+    for name, declared in declared_tables(project_dir).items():
+        try:
+            checked[str(name)] = TableDeclaration.model_validate(declared)
+        except ValidationError as exc:
+            raise UsageError(f"tracked table '{name}' in dbt_project.yml: {explain(exc)} (docs/tables.md "
+                             "\"Declaring a tracked table\")") from None
+    return checked
+
+
+# --- the project's vars, read once per call
+
+
+def project_vars(project_dir: Path) -> dict:
+    """The vars of the project's dbt_project.yml (UsageError when it is missing)."""
+    path = project_dir / "dbt_project.yml"
+    if not path.exists():
+        raise UsageError(f"no dbt_project.yml in {project_dir}; pass --project-dir to the project folder")
+    return (yaml.safe_load(path.read_text()) or {}).get("vars") or {}
+
+
+def declared_tables(project_dir: Path) -> dict[str, dict]:
+    """The var cdc_tracked_tables: each tracked table's declaration, by name."""
+    declared = project_vars(project_dir).get("cdc_tracked_tables") or {}
+    if not isinstance(declared, dict):
+        raise UsageError("var cdc_tracked_tables must map each tracked table's name to its declaration "
+                         "(docs/tables.md \"Declaring a tracked table\")")
+    return declared
