@@ -83,7 +83,8 @@ def run_pipeline(project_dir: Path, target, landing_dir: Path, *, select: list[s
                  full_refresh: bool = False, upper_lsn: str | None = None, strict: bool = False,
                  progress=None, kafka_sources: list | None = None, accept_kafka_gap: list[str] = (),
                  nodes: list | None = None, listed: dict[str, tuple[int, int]] | None = None,
-                 min_headroom: float | None = None, notes: list | None = None) -> list[dict]:
+                 min_headroom: float | None = None, notes: list | None = None,
+                 timings: dict | None = None) -> list[dict]:
     """Lands, plans, builds and reports one run; returns the summary rows (one per tracked table)
     and adds the build's node results (runner.plan.NodeResult) to `nodes` when given.
     Three dbt invocations on one parse of the project (docs/operations.md "The runner"): `run-operation
@@ -96,7 +97,10 @@ def run_pipeline(project_dir: Path, target, landing_dir: Path, *, select: list[s
     appends to the raw table from the session before begin_run (runner/kafka.py). Raises
     PipelineFailed (also when strict and this run's batches quarantined rows, or when a Kafka
     source stopped at a retention gap). `notes` receives what the run said about files that wait and the
-    cut (report.landing_lines): true until the landing folder or the warehouse change."""
+    cut (report.landing_lines): true until the landing folder or the warehouse change. `timings` receives
+    the wall seconds of its three steps: landing (begin_run: landing and the plan's facts), build and
+    record (finish_run)."""
+    timings = {} if timings is None else timings
     progress = progress or report.Progress()
     started_at = datetime.now(timezone.utc)
     batch_id = _batch_id()
@@ -128,8 +132,9 @@ def run_pipeline(project_dir: Path, target, landing_dir: Path, *, select: list[s
         upper_lsn=begun.get("upper_lsn"), full_refresh=full_refresh, select=tuple(select),
         manifests_required=bool(begun.get("manifests_required")), stopped=tuple(stopped),
         unsettled=tuple(f["relative"] for f in files if f.get("unsettled"))))
+    timings["landing"] = time.monotonic() - clock
     progress.step(f"landed {sum(facts.landed_now.values())} records from {len(facts.landed_now)} folders "
-                  f"({time.monotonic() - clock:.1f} s with the plan's facts)")
+                  f"({timings['landing']:.1f} s with the plan's facts)")
     for line in report.landing_lines(facts, the_plan):
         progress.step(line)
         if notes is not None:
@@ -155,8 +160,9 @@ def run_pipeline(project_dir: Path, target, landing_dir: Path, *, select: list[s
         clock = time.monotonic()
         results = dbt.build(selection, full_refresh, exclude=exclude, run_vars={"cdc_plan": the_plan.var()},
                             populate_cache=plain)
+        timings["build"] = time.monotonic() - clock
         progress.step(f"built {sum(1 for r in results if r.resource_type in ('model', 'test', 'seed'))} node(s) in "
-                      f"{time.monotonic() - clock:.1f} s")
+                      f"{timings['build']:.1f} s")
     if nodes is not None:
         nodes.extend(results)
     outcome = plan.advance(the_plan, facts, results)
@@ -165,7 +171,8 @@ def run_pipeline(project_dir: Path, target, landing_dir: Path, *, select: list[s
                              ).get("finish_run")
     if finished is None:
         raise InfrastructureError("finish_run reported nothing: is the project's sqlserver_cdc package current?")
-    progress.step(f"recorded the watermarks and the run ledger's row ({time.monotonic() - clock:.1f} s)")
+    timings["record"] = time.monotonic() - clock
+    progress.step(f"recorded the watermarks and the run ledger's row ({timings['record']:.1f} s)")
     summary = finished["tables"]
     quarantined = sum(int(r["quarantined"]) for r in summary)
     if the_plan.status != "nothing_to_do":
