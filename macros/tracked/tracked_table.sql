@@ -8,7 +8,8 @@
     with defaults: flattened, decimal_handling_mode, time_precision_mode, binary_handling_mode),
     key (list), columns (name, type, ordinal),
     soft_deletes, history_delete_versions, history_columns (the columns whose changes open a new
-    history version; none means every column). Fails with a message naming the table and the bad field. -#}
+    history version; none means every column), demo (the demo's tables: `python -m runner init` removes them). Fails
+    with a message naming the table and the bad field, also for a field it does not know. -#}
 {% macro tracked_table(table_name) -%}
     {%- set tables = var('cdc_tracked_tables', {}) -%}
     {%- if table_name not in tables -%}
@@ -53,6 +54,12 @@
     {%- if 'buckets' in raw -%}
         {{ exceptions.raise_compiler_error("tracked table '" ~ table_name ~ "': 'buckets' is no longer used (the marts are Delta tables applied by MERGE, not parquet partitions); remove it") }}
     {%- endif -%}
+    {#- a misspelt option (soft_delete) would otherwise be ignored in silence -#}
+    {%- set known = ['channel', 'capture_instance', 'capture_instances', 'source_database', 'source_schema', 'source_table',
+        'topic', 'debezium', 'key', 'columns', 'soft_deletes', 'history_delete_versions', 'history_columns', 'demo'] -%}
+    {%- for field in raw if field not in known -%}
+        {{ exceptions.raise_compiler_error("tracked table '" ~ table_name ~ "': unknown field '" ~ field ~ "' (known: " ~ (known | join(', ')) ~ ")") }}
+    {%- endfor -%}
     {%- if columns | map(attribute='ordinal') | unique | list | length != columns | length -%}
         {{ exceptions.raise_compiler_error("tracked table '" ~ table_name ~ "': two columns have the same ordinal") }}
     {%- endif -%}

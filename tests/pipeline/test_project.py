@@ -86,6 +86,10 @@ def test_a_declaration_mistake_is_an_error_naming_the_table_and_the_field():
     with pytest.raises(AssertionError, match="tracked table 'customers': column 'location' has type 'geography', "
                                              "which is not a supported SQL Server type"):
         compile_sql("{{ sqlserver_cdc.tracked_table('customers') }}", {"cdc_tracked_tables": {**declared, "customers": bad}})
+    # a misspelt option is not ignored in silence
+    with pytest.raises(AssertionError, match="tracked table 'customers': unknown field 'soft_delete' \\(known: channel, "):
+        compile_sql("{{ sqlserver_cdc.tracked_table('customers') }}",
+                    {"cdc_tracked_tables": {**declared, "customers": {**declared["customers"], "soft_delete": True}}})
 
 
 @pytest.mark.parametrize(("change", "message"), [
