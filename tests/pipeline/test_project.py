@@ -134,3 +134,19 @@ def test_the_runner_refuses_a_declaration_it_cannot_read_naming_the_table_and_fi
     (tmp_path / "dbt_project.yml").write_text(yaml.safe_dump(config))
     with pytest.raises(UsageError, match=re.escape(message)):
         tracked_tables(tmp_path)
+
+
+def test_the_projects_yaml_files_round_trip_unchanged_through_the_editor(tmp_path):
+    """init and scaffold edit dbt_project.yml and the models' YAML in place (runner/project.py
+    edit_yaml): rewriting any of them without a change gives the same bytes."""
+    import shutil
+
+    from runner.project import edit_yaml
+
+    files = [PROJECT_DIR / "dbt_project.yml", *sorted((PROJECT_DIR / "models").rglob("*.yml"))]
+    assert len(files) > 5
+    for i, source in enumerate(files):
+        copy = tmp_path / f"{i}.yml"
+        shutil.copy(source, copy)
+        assert edit_yaml(copy, lambda document: True)
+        assert copy.read_text() == source.read_text(), source
