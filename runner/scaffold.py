@@ -21,7 +21,7 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.scalarstring import DoubleQuotedScalarString
 
 from runner import landing
-from runner.config import declared_tables
+from runner.config import declared_tables, tracked_table_declarations
 from runner.errors import UsageError
 from runner.project import (
     edit_yaml,
@@ -153,15 +153,8 @@ class Naming:
 
 def declared_instances(project_dir: Path) -> dict[str, str]:
     """The declared change-table tables' names by capture instance (lower case)."""
-    declared = declared_tables(project_dir)
-    found = {}
-    for name, table in declared.items():
-        if isinstance(table, dict) and table.get("channel", "change_tables") == "change_tables":
-            for instance in [table.get("capture_instance"), *(i.get("name") for i in table.get("capture_instances") or []
-                                                              if isinstance(i, dict))]:
-                if instance:
-                    found[str(instance).lower()] = name
-    return found
+    return {instance.lower(): name for name, table in tracked_table_declarations(project_dir).items()
+            if table.channel == "change_tables" for instance, _ in table.instances}
 
 
 def describe(metadata: dict[str, list[dict]], keys: dict[str, list[str]], naming: Naming | None = None) -> list[Captured]:
