@@ -50,6 +50,9 @@ SQL_CONF = {
     "spark.sql.shuffle.partitions": "4",
     "spark.sql.constraintPropagation.enabled": "false",
 }
+# as in profiles.yml: the JVM interprets methods over 8,000 bytes of bytecode unless told to compile
+# them, and Spark's generated code for the staging and mart plans is such a method
+JIT_HUGE_METHODS = "-XX:-DontCompileHugeMethods"
 # Spark logs warnings and errors only (at INFO the Thrift server writes lines per statement)
 LOG4J2 = """rootLogger.level = warn
 rootLogger.appenderRef.stderr.ref = console
@@ -162,7 +165,9 @@ def _commands(cluster: Cluster) -> dict[str, list[str]]:
         "spark.sql.warehouse.dir": str(cluster.state_dir / "warehouse"),
         "spark.hadoop.javax.jdo.option.ConnectionURL":
             f"jdbc:derby:;databaseName={cluster.state_dir / 'metastore_db'};create=true",
-        "spark.driver.extraJavaOptions": f"-Dderby.stream.error.file={cluster.state_dir / 'logs/derby.log'}",
+        "spark.driver.extraJavaOptions": f"-Dderby.stream.error.file={cluster.state_dir / 'logs/derby.log'} {JIT_HUGE_METHODS}",
+        # the executors run the generated code of the staging and mart plans (see JIT_HUGE_METHODS)
+        "spark.executor.extraJavaOptions": JIT_HUGE_METHODS,
         # as in profiles.yml: let Delta replace a replaced table's schema in the embedded metastore
         "spark.hadoop.hive.metastore.disallow.incompatible.col.type.changes": "false",
         "spark.jars": jars.jar_list(),  # Delta Lake's, from the project's jar folder, for the executors
