@@ -147,11 +147,12 @@ def run_pipeline(project_dir: Path, target, landing_dir: Path, *, select: list[s
     elif not (select or full_refresh or the_plan.build or the_plan.build_seeds):
         progress.step("no table has changes in its window: nothing to build")
     else:
-        selection = list(select) if select or full_refresh else the_plan.build + (
-            ["resource_type:seed"] if the_plan.build_seeds else [])
+        selection = list(select) if select or full_refresh else the_plan.build + list(the_plan.seeds)
         # an incremental run checks what it changed; a full refresh audits whole tables (docs/operations.md
-        # "Checks: batch and audit"), and leaves out seeds already loaded (they only feed data tests)
-        exclude = [] if full_refresh else ["tag:cdc_audit"] + ([] if the_plan.build_seeds or select else ["resource_type:seed"])
+        # "Checks: batch and audit"); both leave out the seeds loaded already and unchanged (they only
+        # document the vocabulary and feed data tests)
+        loaded = [] if select else sorted(set(facts.seeds) - set(the_plan.seeds))
+        exclude = ([] if full_refresh else ["tag:cdc_audit"]) + loaded
         progress.step("dbt build" + (" --full-refresh" if full_refresh else "")
                       + ("" if select or full_refresh else f" of {len(the_plan.build)} model(s)"))
         # dbt's own materializations (seeds, views) look relations up in its cache; the project's

@@ -173,7 +173,9 @@ class Facts:
     instance_min_lsn: dict[str, str] = field(default_factory=dict)
     # digest of the project's views (the quarantine view lists every staging model)
     views_digest: str = ""
-    seeds_missing: bool = False
+    # each seed's relation and the checksum of its file (dbt's): a seed loads when its table is
+    # missing or the checksum it was loaded with (its watermark's declaration) differs
+    seeds: dict[str, "Seed"] = field(default_factory=dict)
     refused: tuple[str, ...] = ()
     waiting: tuple[dict, ...] = ()  # files that wait: {file, reason, wait} (runner/landing.py WAITS)
     ignored: tuple[str, ...] = ()  # "<file>: <columns> not declared ..." per file landed with extra columns
@@ -184,6 +186,12 @@ class Facts:
     # the cleanup job's retention (minutes, as text) in the msdb.dbo.cdc_jobs rows landed in these
     # batches (cdc_metadata/cdc_jobs, job_type cleanup), the newest
     cdc_jobs_retention: str | None = None
+
+
+@dataclass(frozen=True)
+class Seed:
+    relation: str
+    checksum: str
 
 
 @dataclass(frozen=True)
@@ -276,12 +284,16 @@ class Plan:
     tables: dict[str, TablePlan]
     models: dict[str, ModelWindow]
     build: list[str]
-    build_seeds: bool
+    seeds: dict[str, str]  # the seeds to load (missing, or their file changed since loaded): their checksums
     stale_snapshots: list[str]
     select: tuple[str, ...] = ()
     # the digests the built views record
     views_digest: str = ""
     retention: Retention = field(default_factory=lambda: Retention(DEFAULT_RETENTION_MINUTES))
+
+    @property
+    def build_seeds(self) -> bool:
+        return bool(self.seeds)
 
     @property
     def checks(self) -> str:
@@ -487,11 +499,15 @@ def plan_run(facts: Facts, options: Options = Options()) -> Plan:
         for s in facts.snapshots if s.batch > since and (mark := _higher_watermark(facts, s.table)) and s.lsn <= mark]
     arrived = bool(facts.arrived) or bool(facts.landed_now)
     moves = any(_advances(t, tables[t.name], facts, upper, upper_batch) for t in facts.tables)
-    nothing = not (full or options.select) and not arrived and not build and not moves and not facts.seeds_missing
+    # the seeds only document the vocabulary and feed data tests: loaded when missing or changed,
+    # not on every full refresh
+    seeds = {name: seed.checksum for name, seed in sorted(facts.seeds.items())
+             if seed.relation not in facts.relations or facts.watermarks.get(name, Watermark()).declaration != seed.checksum}
+    nothing = not (full or options.select) and not arrived and not build and not moves and not seeds
     return Plan(
         run_id=facts.run_id, since=since, full_refresh=full, status="nothing_to_do" if nothing else "build",
         upper_lsn=upper, upper_batch=upper_batch, landed_lsn=landed_lsn, landed=landed, export=export, tables=tables,
-        models=models, build=build, build_seeds=facts.seeds_missing or full, stale_snapshots=stale_snapshots,
+        models=models, build=build, seeds=seeds, stale_snapshots=stale_snapshots,
         select=tuple(options.select), views_digest=facts.views_digest, retention=retention(facts))
 
 
@@ -700,6 +716,9 @@ def advance(plan: Plan, facts: Facts, results: list[NodeResult]) -> Outcome:
     for view in VIEWS:
         if built.get(view) is not None and built[view].status == "success":
             marks[view] = Watermark(batch=plan.run_id, declaration=plan.views_digest)
+    for seed, checksum in plan.seeds.items():
+        if built.get(seed) is not None and built[seed].status == "success":
+            marks[seed] = Watermark(batch=plan.run_id, declaration=checksum)
     failed += [f"table {name}: {tp.gap}" for name, tp in sorted(plan.tables.items()) if tp.gap]
     status = "nothing_to_do" if plan.status == "nothing_to_do" else ("failed" if failed else "succeeded")
     return Outcome(status=status, watermarks=marks, advanced=advanced, failed=failed,
@@ -747,7 +766,7 @@ def facts_from_report(report: dict) -> Facts:
         relations=frozenset(r.lower() for r in report.get("relations") or []),
         instance_min_lsn={k.lower(): v for k, v in (report.get("instance_min_lsn") or {}).items() if v},
         views_digest=report.get("views_digest", ""),
-        seeds_missing=bool(report.get("seeds_missing")),
+        seeds={name: Seed(v["relation"].lower(), v["checksum"]) for name, v in (report.get("seeds") or {}).items()},
         refused=tuple(report.get("refused") or ()),
         waiting=tuple(report.get("waiting") or ()),
         ignored=tuple(report.get("ignored") or ()),

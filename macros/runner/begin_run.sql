@@ -13,8 +13,8 @@
     - manifests (export manifests landed since then, or since the batch of the earliest still
       waiting beyond a gap), snapshots (every snapshot manifest: one small partition);
     - watermarks (each model's), relations (the target schema's tables and views), the
-      capture instances' validity low ends (instance_min_lsn), whether a seed is missing, a
-      digest of the views;
+      capture instances' validity low ends (instance_min_lsn), each seed's relation and content
+      checksum (seeds), a digest of the views;
     - run_id (the batch id the files landed with), refused and waiting files, undeclared columns ignored (ignored), upper_lsn (--upper-lsn, canonical) and manifests_required.
     Reads only the batches landed after the previous run (Delta skips earlier files by their
     _batch_id statistics) and small tables. -#}
@@ -50,9 +50,9 @@
         ~ ' max_by(declaration, recorded_at) from ' ~ sqlserver_cdc.watermark_relation() ~ ' group by model_name') -%}
         {%- do watermarks.update({row[0]: {'lsn': row[1], 'batch': row[2], 'declaration': row[3]}}) -%}
     {%- endfor -%}
-    {%- set seeds = [] -%}
-    {%- for node in graph.nodes.values() if node.resource_type == 'seed' and node.alias | lower not in relations -%}
-        {%- do seeds.append(node.name) -%}
+    {%- set seeds = {} -%}
+    {%- for node in graph.nodes.values() if node.resource_type == 'seed' -%}
+        {%- do seeds.update({node.name: {'relation': node.alias | lower, 'checksum': node.checksum.checksum}}) -%}
     {%- endfor -%}
     {%- set quarantine = graph.nodes.values() | selectattr('resource_type', 'equalto', 'model')
         | selectattr('name', 'equalto', 'cdc_quarantine') | first -%}
@@ -72,7 +72,7 @@
             ~ " where landing_kind = 'cdc_metadata' and lower(entity) = 'cdc_jobs'"
             ~ " and lower(row_values['job_type']) = 'cleanup' and _batch_id > " ~ sqlserver_cdc._sql_string(since)).rows[0][0],
         'views_digest': local_md5(tojson(var('cdc_tracked_tables', {}), sort_keys=true) ~ (quarantine.raw_code if quarantine else '')),
-        'seeds_missing': seeds | length > 0, 'refused': landing.refused, 'waiting': landing.waiting, 'ignored': landing.ignored,
+        'seeds': seeds, 'refused': landing.refused, 'waiting': landing.waiting, 'ignored': landing.ignored,
         'upper_lsn': capped, 'manifests_required': sqlserver_cdc._export_manifests_required()}) -%}
     {{ log('sqlserver_cdc.begin_run ' ~ tojson(facts), info=true) }}
 {%- endmacro %}

@@ -14,6 +14,7 @@ from runner.plan import (
     Options,
     PreviousRun,
     Retention,
+    Seed,
     Snapshot,
     Table,
     Watermark,
@@ -33,6 +34,7 @@ PRODUCTS = Table("products", "debezium", (), "d4")
 ALL = (CUSTOMERS, ORDERS, EMPLOYEES, PRODUCTS)
 SHARED = ("stg_cdc_metadata__lsn_time_mapping", "stg_cdc_metadata__change_tables", "stg_cdc_metadata__captured_columns",
           "stg_ces__events", "stg_debezium__events", "cdc_quarantine", "cdc_operations", "sqlserver_types")
+SEEDS = {"cdc_operations": Seed("cdc_operations", "c1"), "sqlserver_types": Seed("sqlserver_types", "t1")}
 
 
 def lsn(n: int) -> str:
@@ -77,11 +79,11 @@ def arrived(**sources: tuple[int, int]) -> dict[str, Landed]:
 
 
 def test_first_run_builds_everything_up_to_what_landed():
-    f = facts("b1", previous=None, watermarks={}, relations=frozenset(), seeds_missing=True,
+    f = facts("b1", previous=None, watermarks={}, relations=frozenset(), seeds=SEEDS,
               arrived=arrived(cdc_metadata__lsn_time_mapping=(1, 10), change_tables__dbo_customers=(1, 9), ces=(2, 8),
                               ces_at_employees=(2, 8), debezium=(1, 7), debezium_at_products=(1, 7)))
     p = plan_run(f)
-    assert p.status == "build" and p.build_seeds
+    assert p.status == "build" and p.seeds == {"cdc_operations": "c1", "sqlserver_types": "t1"}
     assert p.upper_lsn == {"change_tables": lsn(10), "ces": lsn(8), "debezium": lsn(7)}
     assert p.upper_batch == {"ces": "b2", "debezium": "b2"}
     assert set(p.build) == {m for t in ALL for m in (t.staging, *t.marts)} | set(SHARED[:6])
@@ -322,11 +324,34 @@ def test_nothing_landed_and_every_mart_at_its_bound_is_nothing_to_do():
     # a full refresh, a selection or a missing seed always build
     assert plan_run(facts(), Options(full_refresh=True)).status == "build"
     assert plan_run(facts(), Options(select=("customers_current",))).status == "build"
-    assert plan_run(facts(seeds_missing=True)).build_seeds
+    assert plan_run(facts(seeds=SEEDS)).build_seeds
     # a missing relation is built (the marts of a table declared since: from scratch)
     added = plan_run(facts(relations=relations(CUSTOMERS, ORDERS, EMPLOYEES)))
     assert set(added.build) == {"stg_debezium__products", "products_history", "products_current"}
     assert added.models["products_current"].full
+
+
+def test_a_seed_loads_when_missing_or_changed_and_records_its_checksum_once_loaded():
+    loaded = {"cdc_operations": Watermark(batch="b1", declaration="c1"),
+              "sqlserver_types": Watermark(batch="b1", declaration="t1")}
+    both = relations(*ALL) | {"cdc_operations", "sqlserver_types"}
+    f = facts(seeds=SEEDS, relations=both, watermarks={**settled(*ALL), **loaded})
+    assert plan_run(f).seeds == {} and plan_run(f).status == "nothing_to_do"
+    # a full refresh leaves loaded, unchanged seeds alone
+    assert plan_run(f, Options(full_refresh=True)).seeds == {}
+    # a changed seed file (a new release's vocabulary), a dropped table, a seed loaded before checksums
+    changed = facts(seeds={**SEEDS, "sqlserver_types": Seed("sqlserver_types", "t2")}, relations=both,
+                    watermarks={**settled(*ALL), **loaded})
+    assert plan_run(changed).seeds == {"sqlserver_types": "t2"} and plan_run(changed).status == "build"
+    assert plan_run(facts(seeds=SEEDS, relations=both - {"cdc_operations"},
+                          watermarks={**settled(*ALL), **loaded})).seeds == {"cdc_operations": "c1"}
+    assert set(plan_run(facts(seeds=SEEDS, relations=both)).seeds) == {"cdc_operations", "sqlserver_types"}
+    # the checksum is recorded once the seed loaded, not when it failed
+    p = plan_run(changed)
+    ok = advance(p, changed, [NodeResult("sqlserver_types", "seed", "success")])
+    assert ok.watermarks["sqlserver_types"] == Watermark(batch="b2", declaration="t2")
+    failed = advance(p, changed, [NodeResult("sqlserver_types", "seed", "error")])
+    assert failed.watermarks["sqlserver_types"] == loaded["sqlserver_types"]
 
 
 def test_event_tables_build_when_their_events_arrive_and_segments_count_for_every_ces_table():
