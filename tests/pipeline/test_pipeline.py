@@ -266,8 +266,15 @@ def test_batches_build_marts_reading_only_their_batch_a_rerun_changes_nothing_a_
         staged_rows = pipeline.rows(f"select count(*) as n from {staged}")[0]["n"]
         assert staged_rows > landed  # reading every staged row would fail the next line
         assert all(s["number of output rows"] <= landed for s in scans), scans
-    runs = pipeline.rows("select status from {s}.cdc_runs")
+    runs = pipeline.rows("select status, run_id from {s}.cdc_runs order by run_id")
     assert [r["status"] for r in runs] == ["succeeded"] * 3
+    # the seeds loaded once, by the first run, which recorded the checksums of their files
+    seeds_sql = ("select model_name, watermark_batch, declaration from {s}.cdc_watermarks "
+                 "where model_name in ('cdc_operations', 'sqlserver_types') order by model_name")
+    seeds = pipeline.rows(seeds_sql)
+    assert [(r["model_name"], r["watermark_batch"]) for r in seeds] == [
+        ("cdc_operations", runs[0]["run_id"]), ("sqlserver_types", runs[0]["run_id"])]
+    assert all(len(r["declaration"] or "") == 64 for r in seeds)  # dbt's sha256 of the file
 
     # the same files again: nothing lands, nothing changes
     before = {t.name: pipeline.table(f"{t.name}_history", ", ".join(t.key) + ", valid_from_lsn") for t in TABLES}
@@ -284,6 +291,7 @@ def test_batches_build_marts_reading_only_their_batch_a_rerun_changes_nothing_a_
     pipeline.run(full_refresh=True)
     refreshed = {t.name: pipeline.table(f"{t.name}_history", ", ".join(t.key) + ", valid_from_lsn") for t in TABLES}
     assert refreshed == after
+    assert pipeline.rows(seeds_sql) == seeds  # unchanged seeds are not reloaded
     check_marts(pipeline, sim, sim.transactions[-1].commit_lsn)
     # the runbook's rebuild of one table: its staging and both marts, from its landed changes
     pipeline.run(full_refresh=True, select=["stg_change_tables__customers+"])
