@@ -175,7 +175,7 @@ class Facts:
     views_digest: str = ""
     # each seed's relation and the checksum of its file (dbt's): a seed loads when its table is
     # missing or the checksum it was loaded with (its watermark's declaration) differs
-    seeds: dict[str, "Seed"] = field(default_factory=dict)
+    seeds: dict[str, Seed] = field(default_factory=dict)
     refused: tuple[str, ...] = ()
     waiting: tuple[dict, ...] = ()  # files that wait: {file, reason, wait} (runner/landing.py WAITS)
     ignored: tuple[str, ...] = ()  # "<file>: <columns> not declared ..." per file landed with extra columns
