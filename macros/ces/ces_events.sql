@@ -187,24 +187,23 @@ copies as (
     {%- endif %}
 ),
 
+-- each line with what makes it its message's segment: the first readable copy of its segment
+-- index (a later copy, under another id, is a duplicate), not of a message settled by an earlier
+-- run. The windows from here on all partition by source + logicalid: one shuffle, one sort.
 lines as (
     select
         copies.*,
-        case
-            when copies.line_problem is not null or copies.id_copy > 1 then 1
-            {%- if incremental %}
-            when not copies.waiting and array_contains(settled_messages.segment_indexes, copies.segment_index) then 2
-            {%- endif %}
-            else row_number() over (
-                partition by
-                    copies.event_source, copies.logicalid, copies.segment_index,
-                    copies.line_problem is null and copies.id_copy = 1
-                order by copies._batch_id, copies._source_file
-            )
-        end as segment_copy,
-        -- a new segment of a message settled by an earlier run (complete or quarantined)
-        {{ 'not copies.waiting and settled_messages.logicalid is not null' if incremental else 'false' }}
-            as after_settled
+        copies.line_problem is null and copies.id_copy = 1 as readable_copy,
+        {%- if incremental %}
+        -- a segment of a message settled by an earlier run (complete or quarantined) lands again
+        coalesce(not copies.waiting and array_contains(settled_messages.segment_indexes, copies.segment_index), false)
+            as settled_copy,
+        -- a new segment of such a message
+        not copies.waiting and settled_messages.logicalid is not null as after_settled
+        {%- else %}
+        false as settled_copy,
+        false as after_settled
+        {%- endif %}
     from copies
     {%- if incremental %}
     left join settled_messages
@@ -212,78 +211,95 @@ lines as (
     {%- endif %}
 ),
 
+segment_copies as (
+    select
+        *,
+        coalesce(
+            lag(struct(segment_index, readable_copy)) over segment_order = struct(segment_index, readable_copy), false
+        ) as later_copy
+    from lines
+    window segment_order as (
+        partition by event_source, logicalid order by segment_index, readable_copy, _batch_id, _source_file
+    )
+),
+
 segments as (
-    select * from lines
-    where line_problem is null and id_copy = 1 and segment_copy = 1 and not after_settled
+    select
+        *,
+        readable_copy and not later_copy and not settled_copy and not after_settled as is_segment
+    from segment_copies
 ),
 
-messages as (
+-- each line with its message's segments summed up (every aggregate over the segments only)
+message_lines as (
     select
-        event_source,
-        logicalid,
-        count(*) as segment_count,
-        min(segment_index) as first_index,
-        max(segment_index) as last_index,
-        count_if(is_final) as finals,
-        min(segment_index) filter (where is_final) as final_index,
-        bool_and(early_form) as early_form,
-        max(split_total) as split_total,
-        -- the segments' data in index order
-        concat_ws(
-            '', transform(array_sort(collect_list(struct(segment_index, data_text))), piece -> piece.data_text)
-        ) as data_text,
-        sort_array(collect_list(segment_index)) as segment_indexes,
-        min_by(id, segment_index) as event_id,
-        min_by(operation_text, segment_index) as operation_text,
-        min_by(event_time_text, segment_index) as event_time_text,
-        case when count(*) = 1 then min(landed_record) end as single_line,
-        max_by(_source_file, _batch_id) as _source_file,
-        max(_batch_id) as completed_batch,
-        min(_batch_id) as first_batch,
-        max(_ingested_at) as _ingested_at
+        *,
+        count_if(is_segment) over message as segment_count,
+        min(if(is_segment, segment_index, null)) over message as first_index,
+        max(if(is_segment, segment_index, null)) over message as last_index,
+        count_if(is_segment and is_final) over message as finals,
+        min(if(is_segment and is_final, segment_index, null)) over message as final_index,
+        bool_and(if(is_segment, early_form, null)) over message as message_early_form,
+        max(if(is_segment, split_total, null)) over message as message_split_total,
+        sort_array(collect_list(if(is_segment, segment_index, null)) over message) as segment_indexes,
+        collect_list(if(is_segment, struct(segment_index, data_text), null)) over message as segment_data,
+        max_by(if(is_segment, _source_file, null), if(is_segment, _batch_id, null)) over message
+            as message_source_file,
+        min(if(is_segment, _batch_id, null)) over message as first_batch,
+        max(if(is_segment, _batch_id, null)) over message as completed_batch,
+        max(if(is_segment, _ingested_at, null)) over message as message_ingested_at
     from segments
-    group by event_source, logicalid
+    window message as (partition by event_source, logicalid)
 ),
 
-assembled as (
-    select
-        messages.*,
-        -- a contiguous run of segment indexes ending at the final segment (0- or 1-based)
+-- a message's first segment (its head) stands for it: its data (the segments' data in index
+-- order) is joined and parsed there, once
+heads as (
+    select /*+ broadcast(batches) */
+        message_lines.*,
+        message_lines.is_segment and message_lines.segment_index = message_lines.first_index as is_head,
         case
-            when messages.early_form and coalesce(messages.split_total, 0) <= 1 then messages.segment_count = 1
-            when messages.early_form
-                then (
-                    messages.segment_count = messages.split_total
-                    and messages.last_index - messages.first_index + 1 = messages.segment_count
-                )
-            else (
-                messages.finals = 1 and messages.final_index = messages.last_index
-                and messages.last_index - messages.first_index + 1 = messages.segment_count
-            )
-        end as indexes_complete,
-        (messages.finals > 1 or messages.final_index < messages.last_index) as conflicting,
-        from_json(messages.data_text, '{{ data_schema }}') as doc,
+            when not (message_lines.is_segment and message_lines.segment_index = message_lines.first_index) then null
+            when message_lines.segment_count = 1 then message_lines.data_text
+            else concat_ws('', transform(array_sort(message_lines.segment_data), piece -> piece.data_text))
+        end as message_data,
         coalesce(batches.batches_since, {{ orphan_after }}) as batches_since
-    from messages
+    from message_lines
     -- a message first landed before the batches read here has waited its time
     left join batches
-        on messages.first_batch = batches._batch_id
+        on message_lines.first_batch = batches._batch_id
 ),
 
 parsed as (
     select
         *,
+        -- a contiguous run of segment indexes ending at the final segment (0- or 1-based)
+        case
+            when message_early_form and coalesce(message_split_total, 0) <= 1 then segment_count = 1
+            when message_early_form
+                then segment_count = message_split_total and last_index - first_index + 1 = segment_count
+            else finals = 1 and final_index = last_index and last_index - first_index + 1 = segment_count
+        end as indexes_complete,
+        (finals > 1 or final_index < last_index) as conflicting,
+        from_json(message_data, '{{ data_schema }}') as doc
+    from heads
+),
+
+documents as (
+    select
+        *,
         doc.eventsource is not null and doc.eventrow is not null as readable,
         {{ sqlserver_cdc.lsn_normalize(
             "coalesce(doc.eventsource.transaction.commitlsn, element_at(split(logicalid, ':'), -2))", 'string') }}
-            as commit_lsn,
+            as message_lsn,
         coalesce(
             try_cast(doc.eventsource.transaction.sequencenumber as decimal(20, 0)),
             try_cast(element_at(split(logicalid, ':'), -1) as decimal(20, 0))
         ) as sequence_number
-    from assembled
+    from parsed
 ),
 
+-- a message's outcome, decided on its head
 outcomes as (
     select
         *,
@@ -296,7 +312,7 @@ outcomes as (
             when indexes_complete and readable
                 then nullif(concat_ws(
                     '; ',
-                    case when commit_lsn is null then concat(
+                    case when message_lsn is null then concat(
                         'no valid commit LSN in transaction.commitlsn or logicalid ',
                         logicalid
                     ) end,
@@ -324,116 +340,91 @@ outcomes as (
             when batches_since >= {{ orphan_after }} then 'quarantined'
             else 'pending'
         end as message_status
-    from parsed
+    from documents
 ),
 
-events as (
+-- every line with its own outcome: its message's (from the head) when it is a segment
+line_outcomes as (
     select
-        event_id,
+        *,
+        case
+            when line_problem is not null then 'quarantined'
+            when id_copy > 1 or later_copy or settled_copy then 'duplicate'
+            when after_settled then 'quarantined'
+            when message.status = 'complete' and message.problem is not null then 'quarantined'
+            when message.status = 'complete' then 'assembled'
+            else message.status
+        end as line_status,
+        case
+            when line_problem is not null then line_problem
+            when id_copy > 1 or later_copy or settled_copy then null
+            when after_settled
+                then concat(
+                    'segment ', segment_index, ' of logicalid ', logicalid,
+                    ' landed after its message was complete or quarantined'
+                )
+            else message.problem
+        end as line_reason
+    from (
+        select
+            *,
+            max(if(is_head, named_struct('status', message_status, 'problem', message_problem), null)) over (
+                partition by event_source, logicalid
+            ) as message
+        from outcomes
+    ) as with_message
+),
+
+-- one row per line (a line still waiting needs no update), and one more for the head of a
+-- complete message: its event
+final as (
+    select
+        id as event_id,
         event_source,
         logicalid,
-        commit_lsn,
-        sequence_number,
-        {{ sqlserver_cdc.decode_operation('operation_text', 'ces') }} as operation,  -- noqa: RF04
-        doc.eventsource.db as source_database,
-        doc.eventsource.schema as source_schema,
-        doc.eventsource.tbl as source_table,
-        doc.eventsource.cols as source_columns,
-        map_from_entries(transform(doc.eventsource.pkkey, k -> struct(lower(k.columnname), k.value))) as key_values,
-        doc.eventrow.old as old_image,
-        doc.eventrow.current as current_image,
+        -- a line's LSN: the one its logicalid names (staged lines are looked up by it)
+        case
+            when is_event then message_lsn
+            when logicalid rlike '{{ logicalid_pattern }}' then upper(element_at(split(logicalid, ':'), -2))
+        end as commit_lsn,
+        if(is_event, sequence_number, null) as sequence_number,
+        if(is_event, {{ sqlserver_cdc.decode_operation('operation_text', 'ces') }}, null) as operation,  -- noqa: RF04
+        if(is_event, doc.eventsource.db, null) as source_database,
+        if(is_event, doc.eventsource.schema, null) as source_schema,
+        if(is_event, doc.eventsource.tbl, null) as source_table,
+        if(is_event, doc.eventsource.cols, null) as source_columns,
+        if(
+            is_event, map_from_entries(transform(doc.eventsource.pkkey, k -> struct(lower(k.columnname), k.value))), null
+        ) as key_values,
+        if(is_event, doc.eventrow.old, null) as old_image,
+        if(is_event, doc.eventrow.current, null) as current_image,
         -- committime carries a Z even on servers not set to UTC: it is read as the server's
         -- wall clock, like lsn_time_mapping.tran_end_time, and made UTC from var
         -- cdc_source_time_zone (the repeated hour of a fall-back at its earlier offset); the
         -- early form has only `time`
-        {{ sqlserver_cdc._source_time_to_utc(sqlserver_cdc.cast_from_text(
+        if(is_event, {{ sqlserver_cdc._source_time_to_utc(sqlserver_cdc.cast_from_text(
             "regexp_replace(coalesce(doc.eventsource.transaction.committime, event_time_text), '(Z|[+-][0-9]{2}:[0-9]{2})$', '')",
-            'datetime2')) }} as commit_time,
-        segment_count,
-        cast(null as int) as segment_index,
-        false as is_segment,
-        'complete' as status,
-        message_problem as quarantine_reason,
-        coalesce(single_line, data_text) as landed_record,
-        _source_file,
-        completed_batch as _batch_id,
-        _ingested_at,
-        concat('event:', event_source, ':', logicalid) as row_key
-    from outcomes
-    where message_status = 'complete' and message_problem is null
-),
-
-line_outcomes as (
-    select
-        lines.id as event_id,
-        lines.event_source,
-        lines.logicalid,
-        lines.segment_index,
-        lines.line_problem is null and lines.id_copy = 1 and lines.segment_copy = 1 and not lines.after_settled
-            as is_segment,
+            'datetime2')) }}, null) as commit_time,
+        if(is_event, segment_count, null) as segment_count,
+        if(is_event, null, segment_index) as segment_index,
+        not is_event and is_segment as is_segment,
+        if(is_event, 'complete', line_status) as status,
+        if(is_event, null, line_reason) as quarantine_reason,
         case
-            when lines.line_problem is not null then 'quarantined'
-            when lines.id_copy > 1 or lines.segment_copy > 1 then 'duplicate'
-            when lines.after_settled then 'quarantined'
-            when outcomes.message_status = 'complete' and outcomes.message_problem is not null then 'quarantined'
-            when outcomes.message_status = 'complete' then 'assembled'
-            else outcomes.message_status
-        end as status,
-        case
-            when lines.line_problem is not null then lines.line_problem
-            when lines.id_copy > 1 or lines.segment_copy > 1 then null
-            when lines.after_settled
-                then concat(
-                    'segment ', lines.segment_index, ' of logicalid ', lines.logicalid,
-                    ' landed after its message was complete or quarantined'
-                )
-            else outcomes.message_problem
-        end as quarantine_reason,
-        lines.landed_record,
-        lines._source_file,
-        lines._batch_id,
-        lines._ingested_at,
-        lines.row_key,
-        lines.waiting
-    from lines
-    left join outcomes
-        on lines.event_source = outcomes.event_source and lines.logicalid = outcomes.logicalid
-),
-
-final as (
-    select * from events
-    union all
-    select
-        event_id,
-        event_source,
-        logicalid,
-        -- a line's LSN: the one its logicalid names (staged lines are looked up by it)
-        case when logicalid rlike '{{ logicalid_pattern }}' then upper(element_at(split(logicalid, ':'), -2)) end
-            as commit_lsn,
-        cast(null as decimal(20, 0)) as sequence_number,
-        cast(null as string) as operation,  -- noqa: RF04
-        cast(null as string) as source_database,
-        cast(null as string) as source_schema,
-        cast(null as string) as source_table,
-        cast(null as array<struct<name: string, type: string, index: int>>) as source_columns,
-        cast(null as map<string, string>) as key_values,  -- noqa: LT01
-        cast(null as string) as old_image,
-        cast(null as string) as current_image,
-        cast(null as timestamp) as commit_time,
-        cast(null as int) as segment_count,
-        segment_index,
-        is_segment,
-        status,
-        quarantine_reason,
-        -- a segment of a complete event needs its line no more (the event row carries the data)
-        case when status != 'assembled' then landed_record end as landed_record,
-        _source_file,
-        _batch_id,
-        _ingested_at,
-        row_key
+            when is_event and segment_count = 1 then landed_record
+            when is_event then message_data
+            -- a segment of a complete event needs its line no more (the event row carries the data)
+            when line_status != 'assembled' then landed_record
+        end as landed_record,
+        if(is_event, message_source_file, _source_file) as _source_file,
+        if(is_event, completed_batch, _batch_id) as _batch_id,
+        if(is_event, message_ingested_at, _ingested_at) as _ingested_at,
+        if(is_event, concat('event:', event_source, ':', logicalid), row_key) as row_key
     from line_outcomes
-    -- a line still waiting needs no update
-    where not (waiting and status = 'pending')
+    lateral view explode(
+        if(is_head and message_status = 'complete' and message_problem is null, array(true, false), array(false))
+    ) emitted as is_event
+    where is_event or not (waiting and line_status = 'pending')
 )
 
 select * from final
