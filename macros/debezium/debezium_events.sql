@@ -7,16 +7,19 @@
     replay: same table, LSNs, serial number, operation and row image), 'tombstone' (a null value:
     counted, carries nothing the marts need) or 'quarantined' (with quarantine_reason).
     replay_key identifies a change (a SHA-256 of those fields) on complete and duplicate rows.
+    deduplicate=false marks no replay (every copy of a change is complete) and leaves replay_key,
+    before_values and after_values to be pruned when not selected: begin_run's facts and the
+    floor below need only each line's table, LSNs and whether it is a change.
     prior: the events already staged (model stg_debezium__events on an incremental run), whose
     complete rows at or above commit LSN prior_floor (the smallest of these lines') make a
     replay landed in a later batch a duplicate.
     A macro, not only a model, so begin_run can read the landed high-water mark from the raw
     table before staging takes the batch in. -#}
-{% macro debezium_events(relation, prior=none, prior_floor=none) -%}
-    {{ return(adapter.dispatch('debezium_events', 'sqlserver_cdc')(relation, prior, prior_floor)) }}
+{% macro debezium_events(relation, prior=none, prior_floor=none, deduplicate=true) -%}
+    {{ return(adapter.dispatch('debezium_events', 'sqlserver_cdc')(relation, prior, prior_floor, deduplicate)) }}
 {%- endmacro %}
 
-{% macro spark__debezium_events(relation, prior=none, prior_floor=none) -%}
+{% macro spark__debezium_events(relation, prior=none, prior_floor=none, deduplicate=true) -%}
 {%- set column_schema = 'array<struct<field: string, type: string, name: string, parameters: map<string, string>>>' -%}
 {%- set value_schema = 'struct<fields: array<struct<field: string, type: string, name: string, '
     ~ 'parameters: map<string, string>, fields: ' ~ column_schema ~ '>>>' -%}
@@ -141,19 +144,11 @@ decoded as (
         {{ sqlserver_cdc.lsn_normalize('change_lsn_text', 'string') }} as change_lsn_normalized,
         try_cast(event_serial_no_text as bigint) as event_serial_no,
         try_cast(ts_ms_text as bigint) as ts_ms,
-        -- rows keyed by lower-case column name, values unwrapped from Avro-JSON unions (here,
-        -- once, below the replay window, rather than in every expression that reads a column)
         {%- for image, when in [('before', "= 'd'"), ('after', "!= 'd'")] %}
-        transform_values(
-            transform_keys(
-                case
-                    when is_envelope then from_json({{ image }}_text, 'map<string, string>')
-                    when lower(op_text) {{ when }} then flattened_row
-                end,
-                (k, v) -> lower(k)
-            ),
-            (k, v) -> {{ sqlserver_cdc._debezium_unwrap('v') }}
-        ) as {{ image }}_values,
+        case
+            when is_envelope then from_json({{ image }}_text, 'map<string, string>')
+            when lower(op_text) {{ when }} then flattened_row
+        end as {{ image }}_row,
         {%- endfor %}
         -- a topic is <topic.prefix>.<db>.<schema>.<table>: its parts route events that name no table
         split(topic, '\\.') as topic_parts
@@ -180,13 +175,26 @@ checked as (
                     then concat('invalid source.event_serial_no: ', event_serial_no_text) end,
                 case when ts_ms_text is not null and ts_ms is null
                     then concat('invalid source.ts_ms: ', ts_ms_text) end,
-                case when is_envelope and operation in ('insert', 'update_after', 'snapshot') and after_values is null
+                case when is_envelope and operation in ('insert', 'update_after', 'snapshot') and after_row is null
                     then concat('op ', op_text, ' without an after row') end,
-                case when is_envelope and operation = 'delete' and before_values is null
+                case when is_envelope and operation = 'delete' and before_row is null
                     then 'op d without a before row' end
             ), '')
         end as quarantine_reason
     from decoded
+),
+
+-- rows keyed by lower-case column name, values unwrapped from Avro-JSON unions (here, once,
+-- below the replay window, rather than in every expression that reads a column)
+unwrapped as (
+    select
+        *,
+        {%- for image in ['before', 'after'] %}
+        transform_values(
+            transform_keys({{ image }}_row, (k, v) -> lower(k)), (k, v) -> {{ sqlserver_cdc._debezium_unwrap('v') }}
+        ) as {{ image }}_values{{ ',' if not loop.last }}
+        {%- endfor %}
+    from checked
 ),
 
 -- at-least-once delivery: a replayed event repeats the table, LSNs, serial number, operation
@@ -202,12 +210,15 @@ keyed as (
             'commit_lsn', commit_lsn, 'change_lsn', change_lsn_normalized, 'event_serial_no', event_serial_no,
             'operation', operation, 'row', coalesce(after_values, before_values)
         )), 256) end as replay_key
-    from checked
+    from unwrapped
 ),
 
 copies as (
     select
         keyed.*,
+        {%- if not deduplicate %}
+        1 as copy_number
+        {%- else %}
         case
             when keyed.replay_key is null then 1
             {%- if prior is not none %}
@@ -219,8 +230,9 @@ copies as (
                     try_cast(keyed.kafka_offset as bigint)
             )
         end as copy_number
+        {%- endif %}
     from keyed
-    {%- if prior is not none %}
+    {%- if deduplicate and prior is not none %}
     left join (
         select distinct replay_key from {{ prior }}
         where status = 'complete'{% if prior_floor is not none %} and commit_lsn >= '{{ prior_floor }}'{% endif %}
@@ -273,7 +285,7 @@ final as (
 select * from final
 {%- endmacro %}
 
-{% macro default__debezium_events(relation, prior=none, prior_floor=none) -%}
+{% macro default__debezium_events(relation, prior=none, prior_floor=none, deduplicate=true) -%}
     {{ exceptions.raise_compiler_error(sqlserver_cdc._not_supported('debezium_events')) }}
 {%- endmacro %}
 

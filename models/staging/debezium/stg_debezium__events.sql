@@ -11,7 +11,7 @@
 {%- set new_lines = '(' ~ sqlserver_cdc._landed_since("landing_kind = 'debezium'") ~ ') as new_lines' %}
 {%- set floor = none %}
 {%- if execute and not window.full %}
-    {%- set floor = run_query('select min(commit_lsn) from (' ~ sqlserver_cdc.debezium_events(new_lines)
-        ~ ') as new_events where replay_key is not null').columns[0].values()[0] %}
+    {%- set floor = run_query('select min(commit_lsn) from (' ~ sqlserver_cdc.debezium_events(new_lines, deduplicate=false)
+        ~ ") as new_events where status = 'complete'").columns[0].values()[0] %}
 {%- endif %}
 {{ sqlserver_cdc.debezium_events(new_lines, prior=this if floor is not none else none, prior_floor=floor) }}
