@@ -17,6 +17,7 @@ from pathlib import Path
 from runner import kafka, landing, plan, report
 from runner.dbt import Dbt, failures
 from runner.errors import EXIT_OK, InfrastructureError, PipelineFailed, RunnerError, UsageError
+from runner.folders import display, is_uri, open_folder
 from runner.lock import RunnerLock, describe_previous, lock_path, state_dir
 from runner.profile import load_target
 from runner.project import check_model_files, exported_columns
@@ -30,7 +31,9 @@ def common_arguments(p: argparse.ArgumentParser) -> None:
     """--project-dir, --target and --landing (cdc_tooling's commands take them too)."""
     p.add_argument("--project-dir", type=Path, default=PROJECT_DIR, help="the dbt project (default: this one)")
     p.add_argument("--target", default=None, help="profiles.yml target (default: the profile's, 'local')")
-    p.add_argument("--landing", type=Path, default=None, help="landing folder (default: <project>/landing)")
+    p.add_argument("--landing", default=None,
+                   help="landing folder: a local path or a URI Hadoop reads, e.g. hdfs://, s3a://, abfss:// "
+                        "(default: <project>/landing)")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -79,7 +82,7 @@ def _batch_id() -> str:
     return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ") + "-" + uuid.uuid4().hex[:6]
 
 
-def run_pipeline(project_dir: Path, target, landing_dir: Path, *, select: list[str] = (),
+def run_pipeline(project_dir: Path, target, landing_dir: Path | str, *, select: list[str] = (),
                  full_refresh: bool = False, upper_lsn: str | None = None, strict: bool = False,
                  progress=None, kafka_sources: list | None = None, accept_kafka_gap: list[str] = (),
                  nodes: list | None = None, listed: dict[str, tuple[int, int]] | None = None,
@@ -111,13 +114,14 @@ def run_pipeline(project_dir: Path, target, landing_dir: Path, *, select: list[s
         batch_id, stopped = _land_kafka(dbt, target, sources, batch_id, accept_kafka_gap, progress)
     else:
         stopped = []
-    if sources and not landing_dir.exists():  # a project fed by Kafka alone needs no landing folder
+    folder = open_folder(landing_dir)
+    if sources and not folder.exists():  # a project fed by Kafka alone needs no landing folder
         files = []
-        progress.step(f"no landing folder {landing_dir}: no files to land (batch {batch_id})")
+        progress.step(f"no landing folder {folder}: no files to land (batch {batch_id})")
     else:
-        files = landing.files_to_land(landing_dir, landing.csv_dialects(project_dir), exported_columns(project_dir),
+        files = landing.files_to_land(folder, landing.csv_dialects(project_dir), exported_columns(project_dir),
                                       settled=listed)
-        progress.step(f"landing new files from {landing_dir} (batch {batch_id})")
+        progress.step(f"landing new files from {folder} (batch {batch_id})")
     clock = time.monotonic()
     begun = dbt.operation("sqlserver_cdc.begin_run", {
         "files": files, "batch_id": batch_id, "raw_schema": target.raw_schema, "upper_lsn": upper_lsn}).get("begin_run")
@@ -279,8 +283,11 @@ def _refused(refused: list[str], stopped: list[str] = ()) -> list[str]:
     return problems
 
 
-def _landing_dir(args) -> Path:
-    return (args.landing or args.project_dir / "landing").resolve()
+def _landing_dir(args) -> Path | str:
+    """--landing: a URI as given, a local folder resolved (default: the project's landing/)."""
+    if args.landing and is_uri(args.landing) and not args.landing.lower().startswith("file:"):
+        return args.landing
+    return open_folder(args.landing or args.project_dir / "landing").root
 
 
 def main(argv: list[str] | None = None, kafka_sources: list | None = None) -> int:
@@ -296,7 +303,12 @@ def main(argv: list[str] | None = None, kafka_sources: list | None = None) -> in
         target = load_target(args.project_dir, args.target)
         if kafka_sources is None:
             kafka_sources = kafka.sources(args.project_dir) if args.command == "run" else []
-        if args.command == "run" and not kafka_sources:
+        local = not is_uri(_landing_dir(args))  # a URI is read in the runner's SparkSession (runner/folders.py)
+        if not local and target.method != "session":
+            raise UsageError(f"target {target.name} uses method {target.method}: a landing folder named by a URI is "
+                             "listed in the runner's own SparkSession, so it needs a session target (docs/operations.md "
+                             "\"Landing from object storage\")")
+        if args.command == "run" and not kafka_sources and local:
             landing.discover(_landing_dir(args))  # a missing landing folder is a usage error: fail before Spark
         check_model_files(args.project_dir)
         for source in kafka_sources:  # settings and secrets checked before Spark starts
@@ -309,7 +321,7 @@ def main(argv: list[str] | None = None, kafka_sources: list | None = None) -> in
             if describe_previous(held):
                 progress.step(describe_previous(held))
             listed = None
-            if args.command != "audit" and not (kafka_sources and not _landing_dir(args).exists()):
+            if args.command != "audit" and local and not (kafka_sources and not _landing_dir(args).exists()):
                 # the first of two listings: a file that changes before landing's is still being written
                 listed = landing.listing(_landing_dir(args))
             last_run = _last_run(args, target, held, bool(kafka_sources))
@@ -328,6 +340,9 @@ def main(argv: list[str] | None = None, kafka_sources: list | None = None) -> in
                 progress.step(f"starting Spark (target {target.name})")
                 spark = create_session(target, args.project_dir)  # dbt-spark's session method reuses it
                 held.record_jvm(spark._jvm.java.lang.ProcessHandle.current().pid())
+                if args.command == "run" and not local:  # a URI's first listing, once Spark can read it
+                    folder = open_folder(_landing_dir(args), spark)
+                    listed = landing.listing(folder) if folder.exists() or not kafka_sources else None
             else:
                 progress.step(f"target {target.name}: sending SQL to Spark through dbt-spark method {target.method}")
             if args.command == "audit":
@@ -354,7 +369,7 @@ def _last_run(args, target, held: RunnerLock, reads_kafka: bool) -> LastRun | No
     """The record of the last successful plain run, for a plain `run` of a session target that
     reads no Kafka source (only a Kafka client can tell whether a topic has new records; docs/operations.md
     "The runner"). Other runs get None, and delete any record: they may change the marts."""
-    if target.method != "session" or args.command == "audit":
+    if target.method != "session" or args.command == "audit" or is_uri(_landing_dir(args)):
         return None
     last_run = LastRun(held.path.with_name("last_run.json"), args.project_dir, _landing_dir(args), target)
     if args.command == "run" and not (args.full_refresh or args.select or args.upper_lsn or reads_kafka):
@@ -418,8 +433,9 @@ def _scaffold(args, progress) -> int:
             for table, columns in _pairs(args.key, "--key", "TABLE=COLUMN[,COLUMN]").items()}
     names = _pairs(args.name, "--name", "SOURCE=NAME")
     landing_dir = _landing_dir(args)
-    landing.discover(landing_dir)
-    progress.step(f"reading the CDC metadata exports in {landing_dir}/cdc_metadata")
+    if not is_uri(landing_dir):
+        landing.discover(landing_dir)  # a missing landing folder is a usage error: fail before Spark
+    progress.step(f"reading the CDC metadata exports in {display(str(landing_dir))}/cdc_metadata")
     from pyspark.sql import SparkSession
 
     active = SparkSession.getActiveSession()  # a caller's session (a notebook, the tests) is used, not stopped

@@ -1,5 +1,6 @@
-"""The jars the sessions load, Delta Lake's and Spark's Kafka source's, and Apache Kafka's broker
-(for the tests and `make kafka-up`, in `<jar folder>/kafka-broker`): resolved once from Maven
+"""The jars the sessions load, Delta Lake's and Spark's Kafka source's, Apache Kafka's broker
+(for the tests and `make kafka-up`, in `<jar folder>/kafka-broker`) and Apache Hadoop's HDFS
+mini-cluster (for the tests and `make hdfs-up`, in `<jar folder>/hdfs`): resolved once from Maven
 Central at set-up, then loaded from the project's git-ignored jar folder, so a run after set-up
 needs no network.
 
@@ -64,6 +65,22 @@ KAFKA_SOURCE_FOR_LINE = {"4.1": "4.1.1"}
 BROKER_PACKAGE = "org.apache.kafka:kafka_2.13:4.1.1"
 
 
+def hadoop_version() -> str:
+    """The Hadoop release pyspark carries (its hadoop-client-api jar)."""
+    from pyspark.find_spark_home import _find_spark_home
+
+    found = sorted((Path(_find_spark_home()) / "jars").glob("hadoop-client-api-*.jar"))
+    if not found:
+        raise InfrastructureError("pyspark's jars hold no hadoop-client-api jar: is pyspark installed whole?")
+    return found[-1].name.removeprefix("hadoop-client-api-").removesuffix(".jar")
+
+
+def hdfs_packages() -> str:
+    """Apache Hadoop's HDFS mini-cluster (a NameNode and DataNodes in one JVM, for the tests and
+    `make hdfs-up` only) at pyspark's Hadoop release, with JUnit, which its launcher loads."""
+    return f"org.apache.hadoop:hadoop-client-minicluster:{hadoop_version()},junit:junit:4.13.2"
+
+
 def spark_packages() -> str:
     """Every package a session loads: Delta Lake and Spark's Kafka source."""
     return f"{delta_packages()},{kafka_package()}"
@@ -89,6 +106,15 @@ def ensure(quiet: bool = False) -> Path:
 def ensure_broker(quiet: bool = False) -> Path:
     """Fetches Apache Kafka's broker jars into their folder unless they are there."""
     return _ensure(broker_dir(), BROKER_PACKAGE, quiet)
+
+
+def hdfs_dir() -> Path:
+    return jars_dir() / "hdfs"
+
+
+def ensure_hdfs(quiet: bool = False) -> Path:
+    """Fetches the HDFS mini-cluster's jars into their folder unless they are there."""
+    return _ensure(hdfs_dir(), hdfs_packages(), quiet)
 
 
 def _ensure(folder: Path, packages: str, quiet: bool) -> Path:
@@ -135,6 +161,7 @@ def main() -> int:
     try:
         ensure()
         ensure_broker()
+        ensure_hdfs()
     except InfrastructureError as exc:
         print(f"FAILED: {exc}", file=sys.stderr)
         return 2

@@ -7,7 +7,9 @@ Parquet (`.parquet`), CSV with a header (`.csv`) or JSON lines (`.json`, `.jsonl
 `debezium/<topic>/`), Debezium change events as JSON lines.
 Python only discovers the files; the dbt macro `land_files` reads and inserts them in SQL, on the
 target's Spark (embedded session or cluster), so the landing folder must be readable there at
-the same absolute path.
+the same absolute path. The landing folder is a local path or a URI of any file system Hadoop
+reads (`hdfs://`, `s3a://`, `abfss://`, `gs://`): runner/folders.py lists it and reads the few
+bytes the checks below need.
 Every record becomes a map of lower-cased column names to text (binary as `0x` hex; nested JSON
 as its JSON text) plus the file it came from and the batch id; JSON lines also keep their text,
 so a line that is not a JSON object reaches quarantine as it was. A file is identified by its
@@ -39,6 +41,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import posixpath
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,6 +49,7 @@ from pydantic import ValidationError
 
 from runner.config import ExportManifest, SnapshotManifest, explain, project_vars
 from runner.errors import UsageError
+from runner.folders import HadoopFolder, LocalFolder, open_folder
 from runner.project import exported_columns
 
 KINDS = ("change_tables", "cdc_metadata", "ces", "debezium", "snapshots")
@@ -68,41 +72,49 @@ CSV_SETTABLE = (*CSV_DIALECT, "comment")
 BOMS = ((b"\xef\xbb\xbf", "UTF-8"), (b"\xff\xfe", "UTF-16"), (b"\xfe\xff", "UTF-16"))
 
 
+Landing = Path | str | LocalFolder | HadoopFolder  # a landing folder: runner/folders.py open_folder
+
+
 @dataclass(frozen=True)
 class LandedFile:
     kind: str
     entity: str
-    path: Path
-    relative: str
+    relative: str  # its path under the landing folder
+    size: int
+    modified_ns: int
 
     @property
     def fmt(self) -> str:
-        return "manifest" if self.kind in FOLDER_OF_MANIFEST else FORMATS[self.path.suffix.lower()]
+        return "manifest" if self.kind in FOLDER_OF_MANIFEST else FORMATS[_suffix(self.relative)]
 
 
-def discover(landing_dir: Path) -> list[LandedFile]:
+def _suffix(relative: str) -> str:
+    return posixpath.splitext(relative)[1].lower()
+
+
+def discover(landing: Landing) -> list[LandedFile]:
     """All landable files under the landing folder, in a stable order; export manifests (in
     change_tables/<capture_instance>/) come as kind `manifest`. Files and folders whose name
     starts with `.` or `_` are not data (a writer's `_temporary/` attempts, `_SUCCESS`, `.crc`)."""
-    if not landing_dir.is_dir():
-        raise UsageError(f"landing folder {landing_dir} does not exist; pass --landing DIR")
+    folder = open_folder(landing)
+    if not folder.exists():
+        raise UsageError(f"landing folder {folder} does not exist; pass --landing DIR (a local folder or a URI)")
     found = []
     for kind in KINDS:
-        root = landing_dir / kind
-        for path in sorted(root.rglob("*")):
-            parts = path.relative_to(root).parts
-            if (not path.is_file() or path.suffix.lower() not in FORMATS or parts[0].startswith(".")
+        for listed in folder.files(kind):
+            parts = tuple(listed.relative.split("/")[1:])
+            if (_suffix(listed.relative) not in FORMATS or parts[0].startswith(".")
                     or any(part.startswith(("_", ".")) for part in parts[1:])):
                 continue
-            if kind in MANIFEST_KINDS and path.name.lower().endswith(MANIFEST_SUFFIX):
+            stamp = (listed.relative, listed.size, listed.modified_ns)
+            if kind in MANIFEST_KINDS and parts[-1].lower().endswith(MANIFEST_SUFFIX):
                 if len(parts) > 1:
-                    found.append(LandedFile(MANIFEST_KINDS[kind], parts[0], path, path.relative_to(landing_dir).as_posix()))
+                    found.append(LandedFile(MANIFEST_KINDS[kind], parts[0], *stamp))
             elif kind in FLAT_KINDS:
-                if FORMATS[path.suffix.lower()] in FLAT_KINDS[kind]:
-                    entity = parts[0] if len(parts) > 1 else FLAT_ENTITY
-                    found.append(LandedFile(kind, entity, path, path.relative_to(landing_dir).as_posix()))
+                if FORMATS[_suffix(listed.relative)] in FLAT_KINDS[kind]:
+                    found.append(LandedFile(kind, parts[0] if len(parts) > 1 else FLAT_ENTITY, *stamp))
             elif len(parts) > 1:
-                found.append(LandedFile(kind, parts[0], path, path.relative_to(landing_dir).as_posix()))
+                found.append(LandedFile(kind, parts[0], *stamp))
     return found
 
 
@@ -110,15 +122,10 @@ def raw_table(raw_schema: str) -> str:
     return f"{raw_schema}.{RAW_TABLE}"
 
 
-def listing(landing_dir: Path) -> dict[str, tuple[int, int]]:
+def listing(landing: Landing) -> dict[str, tuple[int, int]]:
     """Each landable file's (size, modification time in ns), by its path under the landing folder:
     the runner's first listing, which files_to_land compares its own with (see `settled`)."""
-    return {f.relative: _stamp(f.path) for f in discover(landing_dir)}
-
-
-def _stamp(path: Path) -> tuple[int, int]:
-    stat = path.stat()
-    return stat.st_size, stat.st_mtime_ns
+    return {f.relative: (f.size, f.modified_ns) for f in discover(landing)}
 
 
 UNSETTLED = ("still being written: its size or modification time changed (or it appeared) between the run's two "
@@ -142,7 +149,7 @@ WAITS = {
 }
 
 
-def files_to_land(landing_dir: Path, csv_dialects: dict[str, dict[str, str]] | None = None,
+def files_to_land(landing: Landing, csv_dialects: dict[str, dict[str, str]] | None = None,
                   exported_columns: dict[str, list[str]] | None = None,
                   settled: dict[str, tuple[int, int]] | None = None) -> list[dict[str, object]]:
     """The landing folder's files as the macro land_files takes them (it skips those landed):
@@ -156,25 +163,26 @@ def files_to_land(landing_dir: Path, csv_dialects: dict[str, dict[str, str]] | N
     settled: an earlier listing (see `listing`, the runner takes it before Spark starts); a file
     that is not in it, or whose size or time differs, is still being written: it waits (`unsettled`)
     unless a manifest lists it, since a copy landed half-written would be refused as changed for good."""
-    found = discover(landing_dir)
+    folder = open_folder(landing)
+    found = discover(folder)
     entries = {}
     for f in found:
-        stat = f.path.stat()
-        entry = entries[f.relative] = {"kind": f.kind, "entity": f.entity, "path": str(f.path.resolve()),
-                                       "relative": f.relative, "format": f.fmt, "size": stat.st_size,
-                                       "modified_ms": stat.st_mtime_ns // 1_000_000, "modified_ns": stat.st_mtime_ns}
-        folder = f"{f.kind}/{f.entity}".lower()
-        if f.fmt in ("csv", "parquet") and folder in (exported_columns or {}):
-            entry["expected_columns"] = exported_columns[folder]
+        entry = entries[f.relative] = {"kind": f.kind, "entity": f.entity, "path": folder.spark_path(f.relative),
+                                       "relative": f.relative, "format": f.fmt, "size": f.size,
+                                       "modified_ms": f.modified_ns // 1_000_000, "modified_ns": f.modified_ns}
+        owner = f"{f.kind}/{f.entity}".lower()
+        if f.fmt in ("csv", "parquet") and owner in (exported_columns or {}):
+            entry["expected_columns"] = exported_columns[owner]
         if ":" in f.relative:
             entry["refused"] = ("its path holds ':', which Spark's (Hadoop's) file paths cannot read; rename it without "
                                 "':' (e.g. '-' instead), and it lands with the next run")
             continue
-        if f.fmt != "manifest" and (reason := cut_short(f.path, f.fmt, stat.st_size, _dialect_of(f.relative, csv_dialects or {}))):
+        if f.fmt != "manifest" and (reason := cut_short(folder, f.relative, f.fmt, f.size,
+                                                                _dialect_of(f.relative, csv_dialects or {}))):
             entry["refused"] = reason
         elif f.fmt == "csv":
             try:
-                entry["csv"] = csv_options(f.path, _dialect_of(f.relative, csv_dialects or {}))
+                entry["csv"] = csv_options(folder.read(f.relative, 0, 1 << 20), _dialect_of(f.relative, csv_dialects or {}))
             except CsvHeaderError as exc:
                 entry["refused"] = str(exc)
     # a capture instance's folder once it has a manifest; every snapshot folder
@@ -182,7 +190,7 @@ def files_to_land(landing_dir: Path, csv_dialects: dict[str, dict[str, str]] | N
     listed: dict[str, str] = {}
     for f in found:
         if f.kind in FOLDER_OF_MANIFEST:
-            _apply_manifest(landing_dir, entries[f.relative], entries, listed)
+            _apply_manifest(folder, entries[f.relative], entries, listed)
     for f in found:
         entry = entries[f.relative]
         if f.relative in listed or "refused" in entry:
@@ -228,16 +236,14 @@ def _dialect_of(relative: str, dialects: dict[str, dict[str, str]]) -> dict[str,
     return {**CSV_DIALECT, **(dialects[max(owners, key=len)] if owners else {})}
 
 
-def csv_options(path: Path, dialect: dict[str, str]) -> dict[str, object]:
-    """How Spark reads one CSV file: `options` (its dialect, the encoding its byte-order mark
+def csv_options(head: bytes, dialect: dict[str, str]) -> dict[str, object]:
+    """How Spark reads one CSV file, from its first MiB (`head`): `options` (its dialect, the encoding its byte-order mark
     names, if it has one, and the record separator its header row ends with, `\r\n` or `\n`, so
     a line break inside a quoted value keeps its form: Spark rewrites a CRLF inside quotes to LF
     when it detects the separator itself) and `header`, the header row's column names parsed
     here, given to Spark as the file's schema (Spark's own header inference of a multi-line CSV
     re-reads the path as a glob, so a name with `[` or `{` would match nothing). Raises
     CsvHeaderError when the header row cannot name the file's columns."""
-    with path.open("rb") as f:
-        head = f.read(1 << 20)
     encoding = next((name for bom, name in BOMS if head.startswith(bom)), dialect["encoding"])
     try:
         text = head.decode(encoding, errors="replace")
@@ -265,15 +271,14 @@ class CsvHeaderError(Exception):
     """Why a CSV file's header row cannot name its columns (the file is refused with it)."""
 
 
-def cut_short(path: Path, fmt: str, size: int, csv: dict[str, str] | None = None) -> str | None:
+def cut_short(folder: LocalFolder | HadoopFolder, relative: str, fmt: str, size: int,
+              csv: dict[str, str] | None = None) -> str | None:
     """Why a data file is incomplete, or None: a Parquet file must begin and end with its magic
     (the footer is written last), a CSV must end with a line break (an export cut mid-row yields
     NULLs or cut values that still cast) in its encoding (csv: its dialect)."""
     if fmt == "parquet":
-        with path.open("rb") as f:
-            head = f.read(4)
-            f.seek(max(size - 8, 0))
-            tail = f.read(8)
+        head = folder.read(relative, 0, 4)
+        tail = folder.read(relative, max(size - 8, 0), 8)
         footer = int.from_bytes(tail[:4], "little") if len(tail) == 8 else 0
         if size < 12 or head != PARQUET_MAGIC or tail[4:] != PARQUET_MAGIC or footer + 12 > size:
             return (f"not a whole Parquet file ({size} bytes, no PAR1 footer at its end): it was cut short "
@@ -281,19 +286,15 @@ def cut_short(path: Path, fmt: str, size: int, csv: dict[str, str] | None = None
     elif fmt == "csv":
         if size == 0:
             return "empty CSV file (not even a header row): it was cut short or is still being written"
-        newline = _newline(path, (csv or CSV_DIALECT)["encoding"])
-        with path.open("rb") as f:
-            f.seek(max(size - len(newline), 0))
-            if f.read(len(newline)) != newline:
+        newline = _newline(folder.read(relative, 0, 3), (csv or CSV_DIALECT)["encoding"])
+        if folder.read(relative, max(size - len(newline), 0), len(newline)) != newline:
                 return ("the CSV does not end with a line break, so its last row was cut short (or the file is still "
                         "being written); exports end every row, including the last, with a line break")
     return None
 
 
-def _newline(path: Path, encoding: str) -> bytes:
-    """A line feed in the file's encoding (UTF-16 by its byte-order mark)."""
-    with path.open("rb") as f:
-        head = f.read(3)
+def _newline(head: bytes, encoding: str) -> bytes:
+    """A line feed in the file's encoding (UTF-16 by its byte-order mark, in `head`)."""
     encoding = next((name for bom, name in BOMS if head.startswith(bom)), encoding)
     if encoding.upper().replace("-", "") == "UTF16":
         return b"\0\n" if head.startswith(b"\xfe\xff") else b"\n\0"
@@ -303,27 +304,23 @@ def _newline(path: Path, encoding: str) -> bytes:
         return b"\n"
 
 
-def _apply_manifest(landing_dir: Path, manifest: dict, entries: dict[str, dict], listed: dict[str, str]) -> None:
+def _apply_manifest(folder: LocalFolder | HadoopFolder, manifest: dict, entries: dict[str, dict], listed: dict[str, str]) -> None:
     """Reads a manifest into its entry and marks the files it lists: each gets the manifest and
     its row count; a problem with any of them refuses (or holds back) the manifest and all its
     files, so an export lands whole or not at all."""
     root = f"{FOLDER_OF_MANIFEST[manifest['kind']]}/{manifest['entity']}"
     try:
-        fields = _read_manifest(Path(manifest["path"]), manifest["kind"], manifest["entity"])
+        fields = _read_manifest(folder.read(manifest["relative"]), manifest["kind"], manifest["entity"])
     except ManifestError as exc:
         manifest["refused"] = f"export manifest: {exc}"
         return
     manifest.update(fields)
-    folder = Path(manifest["path"]).parent
     files = []
     for item in fields["files"]:
-        path = (folder / item["path"]).resolve()
-        try:
-            relative = path.relative_to(landing_dir.resolve() / root).as_posix()
-        except ValueError:
+        relative = posixpath.normpath(posixpath.join(posixpath.dirname(manifest["relative"]), item["path"]))
+        if not relative.startswith(root + "/") or posixpath.isabs(item["path"]):
             manifest["refused"] = f"export manifest: file {item['path']} is outside {root}/"
             return
-        relative = f"{root}/{relative}"
         if relative in listed:
             manifest["refused"] = f"export manifest: file {item['path']} is also listed by {listed[relative]}"
             return
@@ -357,7 +354,7 @@ class ManifestError(Exception):
     """What is wrong with an export manifest (it is refused with this reason)."""
 
 
-def _read_manifest(path: Path, kind: str, entity: str) -> dict[str, object]:
+def _read_manifest(content: bytes, kind: str, entity: str) -> dict[str, object]:
     """The fields of a manifest, checked. An export of changes (kind `manifest`, docs/landing.md "Export
     manifests"): capture_instance (its folder's), through_lsn (inclusive), after_lsn (exclusive,
     optional: the previous export's through_lsn). A snapshot (kind `snapshot_manifest`, docs/landing.md
@@ -367,8 +364,8 @@ def _read_manifest(path: Path, kind: str, entity: str) -> dict[str, object]:
     model, owner, lsn_fields = (ExportManifest, "capture_instance", ("through_lsn", "after_lsn")) if kind == "manifest" \
         else (SnapshotManifest, "table", ("snapshot_lsn",))
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        doc = json.loads(content.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ManifestError(f"not a JSON document ({exc})") from None
     if not isinstance(doc, dict):
         raise ManifestError("not a JSON object")
@@ -383,12 +380,12 @@ def _read_manifest(path: Path, kind: str, entity: str) -> dict[str, object]:
             "files": [f.model_dump() for f in manifest.files], "text": json.dumps(doc, sort_keys=True)}
 
 
-def land(dbt, landing_dir: Path, raw_schema: str, batch_id: str) -> dict[str, object]:
+def land(dbt, landing: Landing, raw_schema: str, batch_id: str) -> dict[str, object]:
     """Lands every new file through dbt (macro land_files, so the SQL runs wherever the target's
     Spark is: the embedded session or a cluster); returns what land_files reported (landed,
     refused, waiting, ignored) and `counts`, the records landed per (kind, entity). A run lands
     through begin_run instead, which also plans the run from what landed."""
-    files = files_to_land(landing_dir, csv_dialects(dbt.project_dir), exported_columns(dbt.project_dir))
+    files = files_to_land(landing, csv_dialects(dbt.project_dir), exported_columns(dbt.project_dir))
     outcome = dbt.operation("sqlserver_cdc.land_files", {"files": files, "batch_id": batch_id,
                                                          "raw_schema": raw_schema}).get("land_files", {})
     rows = dbt.query(f"{{{{ sqlserver_cdc.landed_batch_counts('{batch_id}', '{raw_schema}') }}}}")

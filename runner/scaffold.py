@@ -23,6 +23,7 @@ from ruamel.yaml.scalarstring import DoubleQuotedScalarString
 from runner import landing
 from runner.config import declared_tables, tracked_table_declarations
 from runner.errors import UsageError
+from runner.folders import display, open_folder
 from runner.project import (
     edit_yaml,
     give_following_comments,
@@ -96,15 +97,16 @@ def sql_type(row: dict) -> str | None:
     return base if base in PLAIN_TYPES else None
 
 
-def read_metadata(spark, landing_dir: Path) -> dict[str, list[dict]]:
+def read_metadata(spark, landing_dir: Path | str) -> dict[str, list[dict]]:
     """The rows of every landed export of captured_columns, change_tables and index_columns,
     keys lower-cased, files in name order (a later export of the same row wins)."""
     found: dict[str, list[dict]] = {"captured_columns": [], "change_tables": [], "index_columns": []}
     readers = {"csv": lambda p: spark.read.option("header", "true").csv(p), "json": spark.read.json,
                "parquet": spark.read.parquet}
-    for f in landing.discover(landing_dir):
+    folder = open_folder(landing_dir, spark)
+    for f in landing.discover(folder):
         if f.kind == "cdc_metadata" and f.entity in found:
-            rows = readers[f.fmt](str(f.path)).collect()
+            rows = readers[f.fmt](folder.spark_path(f.relative)).collect()
             found[f.entity] += [{k.lower(): v for k, v in r.asDict().items()} for r in rows]
     return found
 
@@ -246,7 +248,7 @@ def _one_per_table(described: list[Captured], rows: dict[str, dict]) -> list[Cap
     return sorted(result, key=lambda c: c.name)
 
 
-def scaffold(spark, project_dir: Path, landing_dir: Path, tables: list[str] = (),
+def scaffold(spark, project_dir: Path, landing_dir: Path | str, tables: list[str] = (),
              keys: dict[str, list[str]] | None = None, names: dict[str, str] | None = None,
              metadata: dict[str, list[dict]] | None = None) -> list[str]:
     """Writes or updates what each captured table (or those named in `tables`, by name or
@@ -272,7 +274,7 @@ def scaffold(spark, project_dir: Path, landing_dir: Path, tables: list[str] = ()
                              f"{', '.join(c.name for c in described) or 'none'})")
         described = [c for c in described if c.name in tables or any(n in tables for n, _ in c.instances)]
     if not described:
-        raise UsageError(f"scaffold: no capture instance in {landing_dir}/cdc_metadata (land exports of "
+        raise UsageError(f"scaffold: no capture instance in {display(str(landing_dir))}/cdc_metadata (land exports of "
                          "cdc.change_tables and cdc.captured_columns first)")
     report = []
     for captured in described:
