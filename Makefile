@@ -8,7 +8,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo demo-kafka test lint docs bench clean check-java cluster-up cluster-down kafka-up kafka-down
+.PHONY: demo demo-kafka test lint docs bench clean check-java cluster-up cluster-down kafka-up kafka-down hdfs-up hdfs-down
 
 check-java:
 	@command -v java >/dev/null 2>&1 || { echo "ERROR: java not found. Spark needs Java 17: install it (e.g. apt-get install openjdk-17-jre-headless) and re-run."; exit 2; }
@@ -51,6 +51,14 @@ kafka-up: check-java $(STAMP)
 
 kafka-down: $(STAMP)
 	$(PY) -m cdc_tooling.kafka_broker down
+
+# A local HDFS (Apache Hadoop's mini-cluster, NameNode on 127.0.0.1:19820) for trying a remote
+# landing folder: docs/operations.md "Landing from object storage". Data and log in .hdfs/.
+hdfs-up: check-java $(STAMP)
+	$(PY) -m cdc_tooling.hdfs up
+
+hdfs-down: $(STAMP)
+	$(PY) -m cdc_tooling.hdfs down
 
 # The demo with its CES and Debezium events produced to the local broker and read from there
 # (a landing folder of its own: the change-table exports stay files).

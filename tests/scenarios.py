@@ -58,6 +58,16 @@ class Warehouse:
     def rows(self, table: str) -> list[dict]:
         return [r.asDict(recursive=True) for r in self.spark.sql(f"select * from delta.`{self.path(table)}`").collect()]
 
+    def mart_state(self, spec, mart: str) -> dict:
+        """A mart (`current` or `history`) of a table by key (history: and valid_from_lsn), in
+        the form expected_state gives."""
+        key = list(spec.key)
+        if mart == "current":
+            return {tuple(r[k] for k in key): (r["commit_lsn"], *[r[c.name] for c in spec.columns])
+                    for r in self.rows(f"{spec.name}_current")}
+        return {(*[r[k] for k in key], r["valid_from_lsn"]): (r["valid_to_lsn"], r["is_current"], *[r[c.name] for c in spec.columns])
+                for r in self.rows(f"{spec.name}_history")}
+
     def commits(self, table: str) -> int:
         log = self.path(table) / "_delta_log"
         return len(list(log.glob("*.json"))) if log.is_dir() else 0
@@ -101,6 +111,17 @@ class Warehouse:
         os.killpg(proc.pid, signal.SIGKILL)
         out, _ = proc.communicate(timeout=60)
         return out
+
+
+def expected_state(spec, sim, upper, mart: str) -> dict:
+    """What Warehouse.mart_state must give after the simulator's transactions up to `upper`."""
+    from tests.expected import current_state, history  # it imports this module
+
+    if mart == "current":
+        return {k: (v["commit_lsn"], *[v[c.name] for c in spec.columns])
+                for k, v in current_state(spec, sim.transactions, upper).items()}
+    return {k: (v["valid_to_lsn"], v["is_current"], *[v[c.name] for c in spec.columns])
+            for k, v in history(spec, sim.transactions, upper).items()}
 
 
 # Debezium's `items`, and its change-table twin

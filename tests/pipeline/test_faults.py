@@ -19,33 +19,15 @@ import time
 from cdc_simulator.simulate import Simulator
 from runner.lock import process_start
 from tests.conftest import EVENT_TABLES, copy_project
-from tests.expected import current_state, history
-from tests.scenarios import CHANGE_TABLES, TIMEOUT, Warehouse
+from tests.scenarios import CHANGE_TABLES, TIMEOUT, Warehouse, expected_state
 
 # one table keeps each of the many runs short (a third of the demo's dbt nodes)
 TABLES = [t for t in CHANGE_TABLES if t.name == "customers"]
 
-def _mart_state(wh: Warehouse, spec, mart: str) -> dict:
-    key = list(spec.key)
-    if mart == "current":
-        return {tuple(r[k] for k in key): (r["commit_lsn"], *[r[c.name] for c in spec.columns])
-                for r in wh.rows(f"{spec.name}_current")}
-    return {(*[r[k] for k in key], r["valid_from_lsn"]): (r["valid_to_lsn"], r["is_current"], *[r[c.name] for c in spec.columns])
-            for r in wh.rows(f"{spec.name}_history")}
-
-
-def _expected(spec, sim, upper, mart: str) -> dict:
-    if mart == "current":
-        return {k: (v["commit_lsn"], *[v[c.name] for c in spec.columns])
-                for k, v in current_state(spec, sim.transactions, upper).items()}
-    return {k: (v["valid_to_lsn"], v["is_current"], *[v[c.name] for c in spec.columns])
-            for k, v in history(spec, sim.transactions, upper).items()}
-
-
 def _check(wh: Warehouse, sim, upper, landed_records: int) -> None:
     for spec in TABLES:
         for mart in ("current", "history"):
-            assert _mart_state(wh, spec, mart) == _expected(spec, sim, upper, mart), f"{spec.name}_{mart}"
+            assert wh.mart_state(spec, mart) == expected_state(spec, sim, upper, mart), f"{spec.name}_{mart}"
     raw = wh.rows("landed_rows")
     assert len(raw) == landed_records, "landed records lost or duplicated"
     files = {}
@@ -83,7 +65,7 @@ def test_killed_runs_rerun_to_the_same_marts_readers_see_whole_commits_one_runne
     assert "dbt build" not in out
     inside = wh.commits("landed_rows") == commits
     after = sim.transactions[-1].commit_lsn
-    states = {(spec.name, mart): (_expected(spec, sim, before, mart), _expected(spec, sim, after, mart))
+    states = {(spec.name, mart): (expected_state(spec, sim, before, mart), expected_state(spec, sim, after, mart))
               for spec in TABLES for mart in ("current", "history")}
     seen: list[str] = []
     errors: list[str] = []
@@ -93,7 +75,7 @@ def test_killed_runs_rerun_to_the_same_marts_readers_see_whole_commits_one_runne
         while not done.is_set():
             for (name, mart), (old, new) in states.items():
                 spec = next(t for t in TABLES if t.name == name)
-                got = _mart_state(wh, spec, mart)
+                got = wh.mart_state(spec, mart)
                 if got == new:
                     seen.append("after")
                 elif got == old:

@@ -1,0 +1,188 @@
+"""A landing folder on a remote file system (docs/operations.md "Landing from object storage"):
+Apache Hadoop's HDFS mini-cluster (cdc_tooling/hdfs.py) on 127.0.0.1, read through Hadoop's
+FileSystem API like any object store. The runner's view of an HDFS folder (what lands, waits or is
+refused, and why) equals its view of the same files in a local folder; runner processes given
+`--landing hdfs://...` land batches, survive a kill inside the landing append, refuse a file cut
+short and a changed file, and build the marts a local folder gives."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from cdc_simulator import landing_writer
+from cdc_simulator.simulate import Simulator
+from cdc_tooling.hdfs import Hdfs, down, up
+from runner import landing
+from runner.errors import UsageError
+from runner.folders import display, is_uri, open_folder
+from tests.conftest import EVENT_TABLES, copy_project, free_ports
+from tests.scenarios import CHANGE_TABLES, FORMATS, TIMEOUT, Warehouse, expected_state
+
+
+@pytest.fixture(scope="module")
+def hdfs(tmp_path_factory):
+    h = Hdfs(tmp_path_factory.mktemp("hdfs"), free_ports(1)[0])
+    up(h)
+    try:
+        yield h
+    finally:
+        down(h)
+
+
+def _upload(spark, local: Path, uri: str, replace: tuple[str, ...] = ()) -> None:
+    """Copies a local folder's files under `uri`: those not there yet, and those `replace` names
+    (relative paths; a copy over a file gives it a new modification time)."""
+    jvm = spark._jvm
+    fs = jvm.org.apache.hadoop.fs.Path(uri).getFileSystem(spark._jsc.hadoopConfiguration())
+    for path in sorted(local.rglob("*")):
+        relative = path.relative_to(local).as_posix()
+        destination = jvm.org.apache.hadoop.fs.Path(f"{uri}/{relative}")
+        if path.is_file() and (relative in replace or not fs.exists(destination)):
+            fs.copyFromLocalFile(False, True, jvm.org.apache.hadoop.fs.Path(str(path)), destination)
+
+
+def test_locations_name_a_local_folder_or_a_uri(tmp_path):
+    assert not is_uri(str(tmp_path)) and not is_uri(tmp_path) and not is_uri("C:\\landing")
+    assert is_uri("hdfs://nn:8020/landing") and is_uri("abfss://c@acct.dfs.core.windows.net/x")
+    assert open_folder(f"file://{tmp_path}").root == tmp_path.resolve()
+    assert open_folder(str(tmp_path / "a" / "..")).root == tmp_path.resolve()
+    assert display("s3a://AKIAKEY:secret@bucket/landing") == "s3a://bucket/landing"
+    assert display("cannot open wasbs://user:pw@c.blob/x: denied") == "cannot open wasbs://c.blob/x: denied"
+    assert display("abfss://c@acct.dfs.core.windows.net/x") == "abfss://c@acct.dfs.core.windows.net/x"
+    with pytest.raises(UsageError, match="holds a secret") as refused:
+        open_folder("s3a://AKIAKEY:TopSecret@bucket/landing")
+    assert "TopSecret" not in str(refused.value)
+
+
+def test_an_hdfs_folder_lands_waits_and_refuses_as_the_same_local_folder(spark, hdfs, tmp_path):
+    local = tmp_path / "landing"
+    plain = local / "change_tables" / "dbo_plain"
+    managed = local / "change_tables" / "dbo_managed"
+    plain.mkdir(parents=True)
+    managed.mkdir()
+    (plain / "whole.csv").write_text("a,b\n1,2\n")
+    (plain / "cut.csv").write_text("a,b\n1,2\n3")
+    (plain / "utf16.csv").write_bytes("a,b\r\n1,\u00e9\r\n".encode("utf-16"))
+    (plain / "whole.parquet").write_bytes(b"PAR1" + b"\0" * 8 + (8).to_bytes(4, "little") + b"PAR1")
+    (plain / "no_footer.parquet").write_bytes(b"PAR1" + b"\0" * 20)
+    (plain / "_temporary" / "0").mkdir(parents=True)
+    (plain / "_temporary" / "0" / "part.csv").write_text("a\n")
+    (managed / "e1.csv").write_text("a\n1\n2\n")
+    (managed / "e2.csv").write_text("a\n1\n")
+    (managed / "stray.csv").write_text("a\n1\n")
+    (managed / "m1.manifest.json").write_text(
+        '{"capture_instance": "dbo_managed", "through_lsn": "0x0000002C000003000010", "files": [{"path": "e1.csv", "rows": 2}]}')
+    (managed / "m2.manifest.json").write_text(
+        '{"capture_instance": "dbo_managed", "through_lsn": "0x0000002C000003000010", "files": [{"path": "e2.csv", "rows": 1, "bytes": 9}]}')
+    (managed / "m3.manifest.json").write_text(
+        '{"capture_instance": "dbo_managed", "through_lsn": "0x0000002C000003000010", "files": [{"path": "../dbo_plain/whole.csv", "rows": 1}]}')
+    (local / "ces" / "hub").mkdir(parents=True)
+    (local / "ces" / "hub" / "events.jsonl").write_text('{"id": 1}\n')
+    (local / "snapshots" / "customers").mkdir(parents=True)
+    (local / "snapshots" / "customers" / "s1.csv").write_text("id\n1\n")
+    uri = f"{hdfs.uri}/{tmp_path.name}/landing"
+    _upload(spark, local, uri)
+
+    def view(root):
+        entries = landing.files_to_land(root, settled=landing.listing(root))
+        return {e["relative"]: {k: v for k, v in e.items() if k not in ("path", "modified_ms", "modified_ns")}
+                for e in entries}
+
+    remote = view(open_folder(uri, spark))
+    assert remote == view(local)
+    assert {r: "refused" if "refused" in e else "waiting" if "waiting" in e else "lands" for r, e in remote.items()} == {
+        "change_tables/dbo_plain/whole.csv": "lands",
+        "change_tables/dbo_plain/cut.csv": "refused",
+        "change_tables/dbo_plain/utf16.csv": "lands",
+        "change_tables/dbo_plain/whole.parquet": "lands",
+        "change_tables/dbo_plain/no_footer.parquet": "refused",
+        "change_tables/dbo_managed/e1.csv": "lands",
+        "change_tables/dbo_managed/m1.manifest.json": "lands",
+        "change_tables/dbo_managed/e2.csv": "refused",
+        "change_tables/dbo_managed/m2.manifest.json": "refused",
+        "change_tables/dbo_managed/m3.manifest.json": "refused",
+        "change_tables/dbo_managed/stray.csv": "waiting",
+        "ces/hub/events.jsonl": "lands",
+        "snapshots/customers/s1.csv": "waiting",
+    }
+    assert remote["change_tables/dbo_plain/utf16.csv"]["csv"]["options"]["encoding"] == "UTF-16"
+    paths = {e["relative"]: e["path"] for e in landing.files_to_land(open_folder(uri, spark))}
+    assert paths["ces/hub/events.jsonl"] == f"{uri}/ces/hub/events.jsonl"
+    assert not open_folder(f"{uri}/nowhere", spark).exists()
+
+
+def test_runner_processes_land_from_hdfs_through_a_kill_a_cut_file_and_a_changed_one(spark, hdfs, tmp_path):
+    local = tmp_path / "landing"  # where the exports are written before they are uploaded
+    uri = f"{hdfs.uri}/{tmp_path.name}/landing"
+    project = copy_project(tmp_path / "project", {}, drop=EVENT_TABLES)
+    wh = Warehouse(spark, tmp_path / "state", project, uri, CHANGE_TABLES)
+    sim = Simulator(CHANGE_TABLES, seed=41)
+
+    def land(batch: str, transactions, first: bool = False) -> None:
+        if first:
+            landing_writer.write_captured_columns(local, CHANGE_TABLES)
+        landing_writer.write_batch(local, batch, CHANGE_TABLES, transactions, FORMATS, spark=spark,
+                                   min_lsn={t.capture_instance: transactions[0].begin_lsn for t in CHANGE_TABLES}
+                                   if first else None)
+
+    def check(uppers: dict[str, int]) -> None:
+        for spec in CHANGE_TABLES:
+            for mart in ("current", "history"):
+                assert wh.mart_state(spec, mart) == expected_state(spec, sim, uppers[spec.name], mart), f"{spec.name}_{mart}"
+
+    first = sim.run(30)
+    land("b1", first, first=True)
+    _upload(spark, local, uri)
+    out = wh.run()
+    assert f"landing new files from {uri}" in out
+    check({t.name: first[-1].commit_lsn for t in CHANGE_TABLES})
+
+    # killed inside the landing append (its data files written, its commit not yet); the re-run
+    # lands the batch once
+    second = sim.run(20)
+    land("b2", second)
+    _upload(spark, local, uri)
+    files, commits = wh.data_files("landed_rows"), wh.commits("landed_rows")
+    out = wh.kill_when(lambda: wh.data_files("landed_rows") > files, "landing append")
+    assert "dbt build" not in out
+    wh.run()
+    check({t.name: second[-1].commit_lsn for t in CHANGE_TABLES})
+    assert wh.commits("landed_rows") == commits + 1
+    by_file = {}
+    for r in wh.rows("landed_rows"):
+        by_file.setdefault(r["_source_file"], set()).add(r["_batch_id"])
+    assert all(len(batches) == 1 for batches in by_file.values()), "a file landed in two batches"
+
+    # order_lines' next export arrives cut short, and customers' first export is replaced: both
+    # are refused by name, nothing of them lands, and both tables wait (docs/landing.md "Refused
+    # exports hold their table")
+    third = sim.run(20)
+    land("b3", third)
+    csv = next(p for p in (local / "change_tables").rglob("b3*.csv"))
+    whole = csv.read_bytes()
+    csv.write_bytes(whole[:len(whole) * 2 // 3])
+    first_export = next(p for p in (local / "change_tables").rglob("b1*.parquet"))
+    shutil.copy2(next(p for p in (local / "change_tables").rglob("b3*.parquet")), first_export)
+    cut, changed = (p.relative_to(local).as_posix() for p in (csv, first_export))
+    _upload(spark, local, uri, replace=(changed,))
+    proc = wh.start()
+    out, _ = proc.communicate(timeout=TIMEOUT)
+    assert proc.returncode == 1, out[-3000:]
+    assert re.search(rf"{re.escape(cut)}: the CSV does not end with a line break", out), out[-3000:]
+    assert re.search(rf"{re.escape(changed)}: changed since it was landed", out), out[-3000:]
+    assert "tracked table customers waits" in out and "tracked table order_lines waits" in out, out[-3000:]
+    check({t.name: second[-1].commit_lsn for t in CHANGE_TABLES})
+
+    # the remedies: the whole copy of the cut file under its name, the replaced file removed (its
+    # first copy landed in b1); every table catches up
+    csv.write_bytes(whole)
+    _upload(spark, local, uri, replace=(cut,))
+    jvm = spark._jvm
+    replaced = jvm.org.apache.hadoop.fs.Path(f"{uri}/{changed}")
+    assert replaced.getFileSystem(spark._jsc.hadoopConfiguration()).delete(replaced, False)
+    wh.run()
+    check({t.name: third[-1].commit_lsn for t in CHANGE_TABLES})
