@@ -14,6 +14,7 @@ from pathlib import Path
 from runner import cli as runner_cli
 from runner import report
 from runner.errors import EXIT_OK, RunnerError, UsageError
+from runner.folders import display, is_uri
 from runner.profile import load_target
 from runner.project import tracked_tables
 from runner.session import create_file_writer_session, create_session
@@ -80,7 +81,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "bench":
             return _bench(args, progress)
         target = load_target(args.project_dir, args.target)
-        landing_dir = (args.landing or args.project_dir / "landing").resolve()
+        if args.landing and is_uri(args.landing):
+            raise UsageError(f"{args.command} writes its landing data to a local folder; --landing {display(args.landing)} "
+                             "is a URI: generate into a local folder and copy it there")
+        landing_dir = Path(args.landing or args.project_dir / "landing").resolve()
         if args.command == "generate":
             _generate(args.project_dir, target, landing_dir, progress, args.transactions, args.batches, args.seed)
             return EXIT_OK

@@ -215,11 +215,14 @@ def _wait_for_port(cluster: Cluster, role: str, process: subprocess.Popen, port:
     raise InfrastructureError(f"the {role} did not answer on {HOST}:{port} within {timeout:.0f}s; see {cluster.log(role)}")
 
 
-def up(cluster: Cluster, timeout: float = 240) -> None:
-    """Starts master, workers and Thrift server; returns when the Thrift port answers. Reuses a
-    cluster that is fully up; refuses to start over a partly running one."""
+def up(cluster: Cluster, timeout: float = 240, thrift: bool = True) -> None:
+    """Starts master, workers and Thrift server (without: master and workers only, for the runner
+    as an application of its own, which the Thrift server would leave no cores to); returns when
+    the Thrift port (the workers' ports) answers. Reuses a cluster that is fully up; refuses to
+    start over a partly running one."""
+    roles = ROLES if thrift else tuple(r for r in ROLES if r != "thrift")
     running = cluster.running()
-    if set(running) == set(ROLES) and _answers(cluster.thrift_port):
+    if set(running) == set(roles) and (not thrift or _answers(cluster.thrift_port)):
         print(f"cluster already up (state {cluster.state_dir}, Thrift {HOST}:{cluster.thrift_port})")
         return
     if running:
@@ -237,7 +240,7 @@ def up(cluster: Cluster, timeout: float = 240) -> None:
     commands = _commands(cluster)
     processes = {}
     try:
-        for role in ROLES:
+        for role in roles:
             with cluster.log(role).open("ab") as log:
                 processes[role] = subprocess.Popen(commands[role], cwd=cluster.state_dir, env=_env(cluster, role), stdout=log,
                                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -245,18 +248,22 @@ def up(cluster: Cluster, timeout: float = 240) -> None:
             cluster.pid_file(role).write_text(f"{processes[role].pid}\n")
             if role == "master":
                 _wait_for_port(cluster, role, processes[role], cluster.ports["SQLSERVER_CDC_MASTER_PORT"], 60)
-        _wait_for_port(cluster, "thrift", processes["thrift"], cluster.thrift_port, timeout)
+        if thrift:
+            _wait_for_port(cluster, "thrift", processes["thrift"], cluster.thrift_port, timeout)
+        for n in (1, 2):
+            _wait_for_port(cluster, f"worker{n}", processes[f"worker{n}"], cluster.ports[f"SQLSERVER_CDC_WORKER{n}_PORT"], 60)
     except BaseException:
         down(cluster)
         raise
-    print(f"cluster up: master {cluster.master_url}, Thrift server {HOST}:{cluster.thrift_port}, "
+    print(f"cluster up: master {cluster.master_url}, "
+          f"{f'Thrift server {HOST}:{cluster.thrift_port}' if thrift else 'no Thrift server'}, "
           f"state and logs in {cluster.state_dir}")
 
 
-def down(cluster: Cluster, grace: float = 30) -> None:
-    """Stops the recorded processes (Thrift server first), TERM then KILL after `grace` seconds,
-    and removes their pid files."""
-    for role in reversed(ROLES):
+def down(cluster: Cluster, grace: float = 30, roles: tuple[str, ...] = ROLES) -> None:
+    """Stops the recorded processes of `roles` (default all; Thrift server first), TERM then KILL
+    after `grace` seconds, and removes their pid files."""
+    for role in reversed([r for r in ROLES if r in roles]):
         pid_file = cluster.pid_file(role)
         if not pid_file.exists():
             continue

@@ -337,7 +337,9 @@ def main(argv: list[str] | None = None, kafka_sources: list | None = None) -> in
             if target.method == "session":
                 if stopped := held.stop_orphan_jvm():
                     progress.step(stopped)
-                progress.step(f"starting Spark (target {target.name})")
+                master = target.spark_conf.get("spark.master", "local")
+                on = "" if master.startswith("local") else f", master {master}"
+                progress.step(f"starting Spark (target {target.name}{on})")
                 spark = create_session(target, args.project_dir)  # dbt-spark's session method reuses it
                 held.record_jvm(spark._jvm.java.lang.ProcessHandle.current().pid())
                 if args.command == "run" and not local:  # a URI's first listing, once Spark can read it
@@ -369,7 +371,8 @@ def _last_run(args, target, held: RunnerLock, reads_kafka: bool) -> LastRun | No
     """The record of the last successful plain run, for a plain `run` of a session target that
     reads no Kafka source (only a Kafka client can tell whether a topic has new records; docs/operations.md
     "The runner"). Other runs get None, and delete any record: they may change the marts."""
-    if target.method != "session" or args.command == "audit" or is_uri(_landing_dir(args)):
+    if (target.method != "session" or args.command == "audit" or is_uri(_landing_dir(args))
+            or is_uri(target.spark_conf.get("spark.sql.warehouse.dir", ""))):
         return None
     last_run = LastRun(held.path.with_name("last_run.json"), args.project_dir, _landing_dir(args), target)
     if args.command == "run" and not (args.full_refresh or args.select or args.upper_lsn or reads_kafka):

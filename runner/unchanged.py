@@ -14,8 +14,8 @@ no table of the warehouse has a commit since, and the project is the same, so th
 bounds that run left them at and `begin_run` would find nothing to do: the run says so, repeats what
 that run said about files that wait, and exits 0 without Spark (and without a ledger row). Any other run deletes the record before it starts, so
 a run that fails or is killed never leaves one. Server targets (`thrift`, `http`) keep no record:
-their warehouse is not on this machine; nor do runs whose landing folder is a URI (it is listed
-only once Spark runs, runner/folders.py).
+their warehouse is not on this machine; nor do runs whose warehouse is a URI (on a cluster's
+file system), or whose landing folder is one (it is listed only once Spark runs, runner/folders.py).
 """
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
 """The same project on a Spark cluster: a local standalone cluster (master, two workers and the
 Thrift server, cdc_tooling/cluster.py) runs the demo through `python -m runner run --target cluster`,
-and every mart equals, row for row, the one the embedded session builds from the same landing
-files. The cluster listens on 127.0.0.1 only and leaves no process behind."""
+then, its Thrift server stopped, with the runner as the driver of a cluster application whose
+landing folder and warehouse are on HDFS (cdc_tooling/hdfs.py); every mart equals, row for row,
+the one the embedded session builds from the same landing files. The cluster listens on
+127.0.0.1 only and leaves no process behind."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import uuid
 from pathlib import Path
 
 from cdc_simulator import demo_data
+from cdc_tooling import hdfs as mini_hdfs
 from cdc_tooling.cluster import PORTS, Cluster, down, listening, process_tree, up
 from runner import report
 from runner.dbt import Dbt
@@ -31,12 +34,14 @@ def _rows(dbt_or_spark, sql: str) -> list[str]:
     return sorted(r[0] for r in dbt_or_spark.sql(sql).collect())
 
 
-def _marts(source, schema: str) -> dict[str, list[str]]:
-    """Every mart of every tracked table as its rows, each row all columns as JSON, sorted."""
+def _marts(source, schema: str, warehouse: str | None = None) -> dict[str, list[str]]:
+    """Every mart of every tracked table as its rows, each row all columns as JSON, sorted (read
+    by path from `warehouse` when given)."""
     marts = {}
     for table in tracked_tables(PROJECT_DIR):
         for mart in (f"{table.name}_current", f"{table.name}_history"):
-            marts[mart] = _rows(source, f"select to_json(struct(*)) as r from {schema}.{mart}")
+            relation = f"delta.`{warehouse}/{schema}.db/{mart}`" if warehouse else f"{schema}.{mart}"
+            marts[mart] = _rows(source, f"select to_json(struct(*)) as r from {relation}")
     return marts
 
 
@@ -69,7 +74,9 @@ def test_cluster_target_builds_the_marts_the_local_session_builds(spark, tmp_pat
     landing = tmp_path / "landing"
     demo_data.generate(spark, PROJECT_DIR, landing, transactions=120, batches=2, seed=19)
     _add_bad_input(landing)
-    cluster = Cluster(tmp_path / "cluster", dict(zip(PORTS, free_ports(len(PORTS)))))
+    ports = free_ports(len(PORTS) + 1)
+    cluster = Cluster(tmp_path / "cluster", dict(zip(PORTS, ports)))
+    hdfs = mini_hdfs.Hdfs(tmp_path / "hdfs", ports[-1])
     started: set[int] = set()
     try:
         up(cluster)
@@ -125,10 +132,51 @@ def test_cluster_target_builds_the_marts_the_local_session_builds(spark, tmp_pat
         for mart, rows in on_session.items():
             assert rows, f"{mart} is empty: the comparison would prove nothing"
             assert on_cluster[mart] == rows, f"{mart} differs between the cluster and the local session"
+
+        # the runner as the driver of an application on the cluster (the Thrift server, which holds
+        # every core, stopped), its landing folder and warehouse on HDFS: only its metastore is local
+        down(cluster, roles=("thrift",))
+        mini_hdfs.up(hdfs)
+        output = _run_as_cluster_application(spark, tmp_path, cluster, hdfs, landing, schema)
+        assert table.getvalue().strip() in output and _ces_stream(output) == local_stream
+        as_application = _marts(spark, schema, warehouse=f"{hdfs.uri}/warehouse")
+        for mart, rows in on_session.items():
+            assert as_application[mart] == rows, f"{mart} differs between the cluster application and the local session"
+        for n in (1, 2):  # the Thrift server's executors and the runner's ran on each worker
+            assert len(list((cluster.state_dir / f"work/worker{n}").glob("app-*"))) == 2
+        assert not (tmp_path / "app_state" / "warehouse").exists()
     finally:
         down(cluster)
+        mini_hdfs.down(hdfs)
     assert cluster.pids() == {}, "pid files left behind"
     assert [pid for pid in sorted(started) if _alive(pid)] == [], "cluster processes still running"
+
+
+def _run_as_cluster_application(spark, tmp_path: Path, cluster: Cluster, hdfs: mini_hdfs.Hdfs, landing: Path,
+                                schema: str) -> str:
+    """`python -m runner run` on the local target with the cluster's master, landing from and
+    writing to HDFS; returns its output."""
+    uri = f"{hdfs.uri}/landing"
+    jvm = spark._jvm
+    fs = jvm.org.apache.hadoop.fs.Path(uri).getFileSystem(spark._jsc.hadoopConfiguration())
+    assert fs.copyFromLocalFile(False, True, jvm.org.apache.hadoop.fs.Path(str(landing)), jvm.org.apache.hadoop.fs.Path(uri)) is None
+    env = {
+        **os.environ,
+        "SQLSERVER_CDC_MASTER": cluster.master_url,
+        "SQLSERVER_CDC_WAREHOUSE": f"{hdfs.uri}/warehouse",
+        "SQLSERVER_CDC_STATE_DIR": str(tmp_path / "app_state"),
+        "SQLSERVER_CDC_DRIVER_MEMORY": "2g",
+        "SQLSERVER_CDC_EXECUTOR_MEMORY": "768m",
+        "SQLSERVER_CDC_SCHEMA": schema,
+        "DBT_TARGET_PATH": str(tmp_path / "dbt_target_app"),
+        "DBT_LOG_PATH": str(tmp_path / "dbt_logs_app"),
+    }
+    done = subprocess.run([sys.executable, "-m", "runner", "run", "--landing", uri], check=False, cwd=PROJECT_DIR, env=env,
+                          capture_output=True, text=True, timeout=900)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-3000:]
+    assert f"starting Spark (target local, master {cluster.master_url})" in output, output[-3000:]
+    return output
 
 
 def _alive(pid: int) -> bool:
