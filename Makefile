@@ -39,7 +39,7 @@ test: check-java $(STAMP) lint
 # A local Spark standalone cluster (master, two workers, Thrift server on 127.0.0.1) for the
 # `cluster` target: docs/operations.md "Running on a cluster". State and logs in .cluster/.
 cluster-up: check-java $(STAMP)
-	$(PY) -m cdc_tooling.cluster up
+	$(PY) -m cdc_tooling.cluster up $(SERVER)
 
 cluster-down: $(STAMP)
 	$(PY) -m cdc_tooling.cluster down

@@ -1,12 +1,13 @@
 """A local Spark standalone cluster to run the project's `cluster` target against:
 `python -m cdc_tooling.cluster up|down|status` (make cluster-up / cluster-down).
 
-From the pip-installed pyspark: one master, two workers (1 core, 1 GiB each) and the Spark
-Thrift server (a Spark application on that master whose driver, 2 GiB, opens the Hive metastore
-on Derby). Every port and web UI is bound to 127.0.0.1 (Spark binds its UIs to all interfaces
+From the pip-installed pyspark: one master, two workers (1 core, 1 GiB each) and a server: the
+Spark Thrift server (for the `cluster` target) or the Spark Connect server (`up connect`, for the
+`connect` target), a Spark application on that master whose driver, 2 GiB, opens the Hive
+metastore on Derby; or none (`up none`: the runner itself is the application). Every port and web UI is bound to 127.0.0.1 (Spark binds its UIs to all interfaces
 unless SPARK_LOCAL_IP says otherwise). Metastore, warehouse, worker folders, logs and pid files
 live in one git-ignored folder (SQLSERVER_CDC_CLUSTER_DIR, default `<project>/.cluster`).
-Ports come from environment variables (see PORTS); `up` waits until the Thrift port answers.
+Ports come from environment variables (see PORTS); `up` waits until the server's port answers.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ HOST = "127.0.0.1"
 # 10000) so a cluster already running on this machine is not disturbed
 PORTS = {
     "SQLSERVER_CDC_THRIFT_PORT": 17010,
+    "SQLSERVER_CDC_CONNECT_PORT": 17015,
     "SQLSERVER_CDC_MASTER_PORT": 17077,
     "SQLSERVER_CDC_MASTER_UI_PORT": 17080,
     "SQLSERVER_CDC_WORKER1_PORT": 17078,
@@ -66,9 +68,13 @@ THRIFT_DRIVER_MEMORY = "2g"
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
 THRIFT_CLASS = "org.apache.spark.sql.hive.thriftserver.HiveThriftServer2"
-# start order; stopped in reverse
-ROLES = ("master", "worker1", "worker2", "thrift")
-CLASSES = {"master": MASTER_CLASS, "worker1": WORKER_CLASS, "worker2": WORKER_CLASS, "thrift": THRIFT_CLASS}
+CONNECT_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+# start order; stopped in reverse. One server at a time: each holds every core of the workers.
+BASE = ("master", "worker1", "worker2")
+SERVERS = ("thrift", "connect")
+ROLES = (*BASE, *SERVERS)
+CLASSES = {"master": MASTER_CLASS, "worker1": WORKER_CLASS, "worker2": WORKER_CLASS, "thrift": THRIFT_CLASS,
+           "connect": CONNECT_CLASS}
 
 
 @dataclass(frozen=True)
@@ -90,6 +96,13 @@ class Cluster:
     @property
     def thrift_port(self) -> int:
         return self.ports["SQLSERVER_CDC_THRIFT_PORT"]
+
+    @property
+    def connect_url(self) -> str:
+        return f"sc://{HOST}:{self.ports['SQLSERVER_CDC_CONNECT_PORT']}"
+
+    def server_port(self, server: str) -> int:
+        return self.ports[f"SQLSERVER_CDC_{server.upper()}_PORT"]
 
     @property
     def master_url(self) -> str:
@@ -131,7 +144,7 @@ def _env(cluster: Cluster, role: str) -> dict[str, str]:
         "SPARK_LOCAL_HOSTNAME": HOST,
         "SPARK_CONF_DIR": str(cluster.state_dir / "conf"),  # no user spark-defaults leak in
         # the daemons' heap; Spark's launcher also gives it to the Thrift server, over --driver-memory
-        "SPARK_DAEMON_MEMORY": THRIFT_DRIVER_MEMORY if role == "thrift" else "512m",
+        "SPARK_DAEMON_MEMORY": THRIFT_DRIVER_MEMORY if role in SERVERS else "512m",
         "SPARK_LOG_DIR": str(cluster.state_dir / "logs"),
     }
 
@@ -185,6 +198,15 @@ def _commands(cluster: Cluster) -> dict[str, list[str]]:
         "--hiveconf", f"hive.server2.thrift.bind.host={HOST}",
         "--hiveconf", f"hive.server2.thrift.port={cluster.thrift_port}",
     ]
+    connect = [
+        str(home / "bin/spark-submit"), "--master", cluster.master_url, "--class", CONNECT_CLASS,
+        "--name", "sqlserver_cdc Spark Connect server", "--driver-memory", THRIFT_DRIVER_MEMORY,
+        *[arg for key, value in {**conf, "spark.sql.catalogImplementation": "hive",
+                                  "spark.connect.grpc.binding.address": HOST,
+                                  "spark.connect.grpc.binding.port": str(cluster.server_port("connect"))}.items()
+          for arg in ("--conf", f"{key}={value}")],
+        "spark-internal",
+    ]
     return {
         "master": [
             str(home / "bin/spark-class"), MASTER_CLASS, "--host", HOST,
@@ -192,6 +214,7 @@ def _commands(cluster: Cluster) -> dict[str, list[str]]:
         ],
         **workers,
         "thrift": thrift,
+        "connect": connect,
     }
 
 
@@ -215,32 +238,35 @@ def _wait_for_port(cluster: Cluster, role: str, process: subprocess.Popen, port:
     raise InfrastructureError(f"the {role} did not answer on {HOST}:{port} within {timeout:.0f}s; see {cluster.log(role)}")
 
 
-def up(cluster: Cluster, timeout: float = 240, thrift: bool = True) -> None:
-    """Starts master, workers and Thrift server (without: master and workers only, for the runner
-    as an application of its own, which the Thrift server would leave no cores to); returns when
-    the Thrift port (the workers' ports) answers. Reuses a cluster that is fully up; refuses to
-    start over a partly running one."""
-    roles = ROLES if thrift else tuple(r for r in ROLES if r != "thrift")
+def up(cluster: Cluster, timeout: float = 240, server: str | None = "thrift") -> None:
+    """Starts master, workers and `server` (thrift, connect, or None: master and workers only, for
+    the runner as an application of its own, which a server would leave no cores to); returns when
+    the server's port (the workers') answers. Reuses what is up: starts the server on running
+    master and workers; refuses to start over another server or a partly running cluster."""
+    roles = (*BASE, server) if server else BASE
     running = cluster.running()
-    if set(running) == set(roles) and (not thrift or _answers(cluster.thrift_port)):
-        print(f"cluster already up (state {cluster.state_dir}, Thrift {HOST}:{cluster.thrift_port})")
+    if set(running) == set(roles) and (not server or _answers(cluster.server_port(server))):
+        print(f"cluster already up (state {cluster.state_dir}{f', {server} server' if server else ''})")
         return
-    if running:
+    if running and (set(running) - set(roles) or not set(BASE) <= set(running)):
         raise InfrastructureError(
-            f"part of the cluster is running ({', '.join(running)}): run `make cluster-down` first")
-    for name, port in cluster.ports.items():
-        if _answers(port):
-            raise InfrastructureError(f"port {port} ({name}) is already in use: set {name} to a free port")
+            f"part of the cluster or another server is running ({', '.join(running)}): run `make cluster-down` first")
+    for role in [r for r in roles if r not in running]:
+        names = [f"SQLSERVER_CDC_{role.upper()}_PORT", f"SQLSERVER_CDC_{role.upper()}_UI_PORT"]
+        for name in [n for n in names if n in cluster.ports]:
+            if _answers(cluster.ports[name]):
+                raise InfrastructureError(f"port {cluster.ports[name]} ({name}) is already in use: set {name} to a free port")
     check_java()
     for folder in ("logs", "pids", "conf", "work"):
         (cluster.state_dir / folder).mkdir(parents=True, exist_ok=True)
     for stale in (cluster.state_dir / "pids").glob("*.pid"):
-        stale.unlink()
+        if stale.stem not in running:
+            stale.unlink()
     (cluster.state_dir / "conf/log4j2.properties").write_text(LOG4J2)
     commands = _commands(cluster)
     processes = {}
     try:
-        for role in roles:
+        for role in [r for r in roles if r not in running]:
             with cluster.log(role).open("ab") as log:
                 processes[role] = subprocess.Popen(commands[role], cwd=cluster.state_dir, env=_env(cluster, role), stdout=log,
                                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -248,15 +274,15 @@ def up(cluster: Cluster, timeout: float = 240, thrift: bool = True) -> None:
             cluster.pid_file(role).write_text(f"{processes[role].pid}\n")
             if role == "master":
                 _wait_for_port(cluster, role, processes[role], cluster.ports["SQLSERVER_CDC_MASTER_PORT"], 60)
-        if thrift:
-            _wait_for_port(cluster, "thrift", processes["thrift"], cluster.thrift_port, timeout)
-        for n in (1, 2):
+        if server:
+            _wait_for_port(cluster, server, processes[server], cluster.server_port(server), timeout)
+        for n in [n for n in (1, 2) if f"worker{n}" in processes]:
             _wait_for_port(cluster, f"worker{n}", processes[f"worker{n}"], cluster.ports[f"SQLSERVER_CDC_WORKER{n}_PORT"], 60)
     except BaseException:
         down(cluster)
         raise
-    print(f"cluster up: master {cluster.master_url}, "
-          f"{f'Thrift server {HOST}:{cluster.thrift_port}' if thrift else 'no Thrift server'}, "
+    servers = {"thrift": f"Thrift server {HOST}:{cluster.thrift_port}", "connect": f"Spark Connect {cluster.connect_url}"}
+    print(f"cluster up: master {cluster.master_url}, {servers.get(server, 'no server')}, "
           f"state and logs in {cluster.state_dir}")
 
 
@@ -311,14 +337,16 @@ def listening(pids: set[int]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if args not in (["up"], ["down"], ["status"]):
-        print("usage: python -m cdc_tooling.cluster up|down|status", file=sys.stderr)
+    if args[:1] not in (["up"], ["down"], ["status"]) or len(args) > (2 if args[0] == "up" else 1) \
+            or args[1:] not in ([], ["thrift"], ["connect"], ["none"]):
+        print("usage: python -m cdc_tooling.cluster up [thrift|connect|none]|down|status", file=sys.stderr)
         return 2
     try:
         cluster = Cluster.from_env()
-        if args == ["up"]:
-            up(cluster)
-        elif args == ["down"]:
+        if args[0] == "up":
+            server = (args[1:] or ["thrift"])[0]
+            up(cluster, server=None if server == "none" else server)
+        elif args[0] == "down":
             down(cluster)
             print(f"cluster down (state kept in {cluster.state_dir})")
         else:

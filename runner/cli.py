@@ -304,18 +304,20 @@ def main(argv: list[str] | None = None, kafka_sources: list | None = None) -> in
         if kafka_sources is None:
             kafka_sources = kafka.sources(args.project_dir) if args.command == "run" else []
         local = not is_uri(_landing_dir(args))  # a URI is read in the runner's SparkSession (runner/folders.py)
-        if not local and target.method != "session":
-            raise UsageError(f"target {target.name} uses method {target.method}: a landing folder named by a URI is "
-                             "listed in the runner's own SparkSession, so it needs a session target (docs/operations.md "
-                             "\"Landing from object storage\")")
+        if not local and (target.method != "session" or target.remote):
+            raise UsageError(f"target {target.name} {'is Spark Connect' if target.remote else 'uses method ' + target.method}: "
+                             "a landing folder named by a URI is listed through Hadoop in the runner's own SparkSession, "
+                             "so it needs a session target that is not Spark Connect (docs/operations.md \"Landing from "
+                             "object storage\")")
         if args.command == "run" and not kafka_sources and local:
             landing.discover(_landing_dir(args))  # a missing landing folder is a usage error: fail before Spark
         check_model_files(args.project_dir)
         for source in kafka_sources:  # settings and secrets checked before Spark starts
             source.client_options()
-        if kafka_sources and target.method != "session":
-            raise UsageError(f"target {target.name} uses method {target.method}: Kafka sources are read in the "
-                             "runner's own SparkSession, so they need a session target (docs/channels.md \"Reading from Kafka "
+        if kafka_sources and (target.method != "session" or target.remote):
+            raise UsageError(f"target {target.name} {'is Spark Connect' if target.remote else 'uses method ' + target.method}: "
+                             "Kafka sources are read (their offsets through Kafka's client) in the runner's own SparkSession, "
+                             "so they need a session target that is not Spark Connect (docs/channels.md \"Reading from Kafka "
                              "and Event Hubs\")")
         with RunnerLock(lock_path(target, args.project_dir), target.name).acquire(args.wait, progress) as held:
             if describe_previous(held):
@@ -338,10 +340,11 @@ def main(argv: list[str] | None = None, kafka_sources: list | None = None) -> in
                 if stopped := held.stop_orphan_jvm():
                     progress.step(stopped)
                 master = target.spark_conf.get("spark.master", "local")
-                on = "" if master.startswith("local") else f", master {master}"
+                on = f", Spark Connect {target.remote}" if target.remote else "" if master.startswith("local") else f", master {master}"
                 progress.step(f"starting Spark (target {target.name}{on})")
                 spark = create_session(target, args.project_dir)  # dbt-spark's session method reuses it
-                held.record_jvm(spark._jvm.java.lang.ProcessHandle.current().pid())
+                if not target.remote:  # a Connect session's JVM is the server's
+                    held.record_jvm(spark._jvm.java.lang.ProcessHandle.current().pid())
                 if args.command == "run" and not local:  # a URI's first listing, once Spark can read it
                     folder = open_folder(_landing_dir(args), spark)
                     listed = landing.listing(folder) if folder.exists() or not kafka_sources else None
@@ -371,7 +374,7 @@ def _last_run(args, target, held: RunnerLock, reads_kafka: bool) -> LastRun | No
     """The record of the last successful plain run, for a plain `run` of a session target that
     reads no Kafka source (only a Kafka client can tell whether a topic has new records; docs/operations.md
     "The runner"). Other runs get None, and delete any record: they may change the marts."""
-    if (target.method != "session" or args.command == "audit" or is_uri(_landing_dir(args))
+    if (target.method != "session" or target.remote or args.command == "audit" or is_uri(_landing_dir(args))
             or is_uri(target.spark_conf.get("spark.sql.warehouse.dir", ""))):
         return None
     last_run = LastRun(held.path.with_name("last_run.json"), args.project_dir, _landing_dir(args), target)

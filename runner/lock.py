@@ -12,7 +12,7 @@ holder died first waits for that JVM to end, then kills it (`stop_orphan_jvm`), 
 write the warehouse at once, whatever was killed.
 
 Where the lock lives: for an embedded (`session`) target, in its state folder beside the metastore
-and warehouse; for a server target (`thrift`, `http`), in the project's `.state/locks/`, one file per
+and warehouse; for a server target (`thrift`, `http`, a Spark Connect `session`), in the project's `.state/locks/`, one file per
 server address and schema, so it excludes runners on this machine only (docs/operations.md "One runner at a
 time").
 """
@@ -42,9 +42,10 @@ def state_dir(project_dir: Path) -> Path:
 
 
 def lock_path(target, project_dir: Path) -> Path:
-    if target.method == "session":
+    if target.method == "session" and not target.remote:
         return state_dir(project_dir) / "runner.lock"
-    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in f"{target.address}-{target.schema}")
+    server = target.remote or target.address  # a server's warehouse (Thrift, http, Spark Connect)
+    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in f"{server}-{target.schema}")
     return project_dir / ".state" / "locks" / f"{target.name}-{safe}.lock"
 
 

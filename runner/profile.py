@@ -26,6 +26,11 @@ class Target:
     def raw_schema(self) -> str:
         return f"{self.schema}_raw"
 
+    @property
+    def remote(self) -> str | None:
+        """The Spark Connect server a session target names (`spark.remote`), else None."""
+        return self.spark_conf.get("spark.remote") if self.method == "session" else None
+
 
 # dbt's type filters (e.g. `port: "{{ env_var('...') | as_number }}"`): the runner only needs
 # the text; dbt itself does the conversion.

@@ -7,6 +7,7 @@ import logging
 import os
 import shutil
 import subprocess
+import warnings
 from pathlib import Path
 
 from runner import jars
@@ -30,12 +31,16 @@ def check_java() -> None:
 
 
 def create_session(target: Target, project_dir: Path):
-    """Returns a SparkSession configured from the target (local session targets only)."""
+    """Returns a SparkSession configured from the target (session targets only): the embedded
+    Spark (or the driver of a cluster application), or a Spark Connect session to the server the
+    target's `spark.remote` names."""
     if target.method != "session":
         raise InfrastructureError(
             f"target '{target.name}' uses method '{target.method}': it runs on a Spark server, "
             "not in a local SparkSession"
         )
+    if target.remote:
+        return _connect(target)
     check_java()
     from pyspark.sql import SparkSession
 
@@ -60,6 +65,31 @@ def create_session(target: Target, project_dir: Path):
     # PySpark 4 logs every failed statement with its JVM stack trace as JSON; dbt already
     # reports the error of a failing model in one readable block.
     logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
+    return spark
+
+
+def _connect(target: Target):
+    """A Spark Connect session to target.remote with the target's session settings (the server
+    owns its static settings, Delta's extension and catalog among them). dbt-spark's session
+    method then reuses it: its builder asks for Hive support, a static setting a Connect session
+    cannot change, and pyspark warns about it on every connection; those warnings are silenced."""
+    warnings.filterwarnings("ignore", message=".*CANNOT_MODIFY_STATIC_CONFIG.*")
+    try:
+        from pyspark.sql.connect.session import SparkSession as ConnectSession  # noqa: F401 (needs pyspark[connect])
+    except ImportError as exc:
+        raise InfrastructureError(f"target '{target.name}' connects to Spark Connect ({target.remote}), which needs "
+                                  f"pyspark's connect extra: pip install -e '.[connect]' ({exc})") from None
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.remote(target.remote)
+    for key, value in target.spark_conf.items():
+        if key != "spark.remote":
+            builder = builder.config(key, value)
+    try:
+        spark = builder.getOrCreate()
+        spark.sql("select 1").collect()
+    except Exception as exc:  # grpc and Spark fail in many ways; all are infrastructure
+        raise InfrastructureError(f"Spark Connect at {target.remote} did not answer: {exc}".splitlines()[0]) from exc
     return spark
 
 

@@ -3,12 +3,14 @@ Apache Hadoop's HDFS mini-cluster (cdc_tooling/hdfs.py) on 127.0.0.1, read throu
 FileSystem API like any object store. The runner's view of an HDFS folder (what lands, waits or is
 refused, and why) equals its view of the same files in a local folder; runner processes given
 `--landing hdfs://...` land batches, survive a kill inside the landing append, refuse a file cut
-short and a changed file, and build the marts a local folder gives."""
+short and a changed file, and build the marts a local folder gives; a secret in the Hadoop
+settings appears in none of their outputs, files or tables."""
 
 from __future__ import annotations
 
 import re
 import shutil
+import uuid
 from pathlib import Path
 
 import pytest
@@ -115,11 +117,20 @@ def test_an_hdfs_folder_lands_waits_and_refuses_as_the_same_local_folder(spark, 
     assert not open_folder(f"{uri}/nowhere", spark).exists()
 
 
-def test_runner_processes_land_from_hdfs_through_a_kill_a_cut_file_and_a_changed_one(spark, hdfs, tmp_path):
+def test_runner_processes_land_from_hdfs_through_a_kill_a_cut_file_and_a_changed_one(spark, hdfs, tmp_path,
+                                                                                    monkeypatch):
     local = tmp_path / "landing"  # where the exports are written before they are uploaded
     uri = f"{hdfs.uri}/{tmp_path.name}/landing"
     project = copy_project(tmp_path / "project", {}, drop=EVENT_TABLES)
+    # a credential as a user gives one: a Hadoop setting of the profile, from the environment
+    secret = "Secret-" + uuid.uuid4().hex
+    monkeypatch.setenv("TEST_S3A_SECRET", secret)
+    profiles = project / "profiles.yml"
+    profiles.write_text(profiles.read_text().replace(
+        "      server_side_parameters:\n", "      server_side_parameters:\n"
+        "        spark.hadoop.fs.s3a.secret.key: \"{{ env_var('TEST_S3A_SECRET') }}\"\n", 1))
     wh = Warehouse(spark, tmp_path / "state", project, uri, CHANGE_TABLES)
+    outputs = []
     sim = Simulator(CHANGE_TABLES, seed=41)
 
     def land(batch: str, transactions, first: bool = False) -> None:
@@ -138,6 +149,7 @@ def test_runner_processes_land_from_hdfs_through_a_kill_a_cut_file_and_a_changed
     land("b1", first, first=True)
     _upload(spark, local, uri)
     out = wh.run()
+    outputs.append(out)
     assert f"landing new files from {uri}" in out
     check({t.name: first[-1].commit_lsn for t in CHANGE_TABLES})
 
@@ -149,7 +161,7 @@ def test_runner_processes_land_from_hdfs_through_a_kill_a_cut_file_and_a_changed
     files, commits = wh.data_files("landed_rows"), wh.commits("landed_rows")
     out = wh.kill_when(lambda: wh.data_files("landed_rows") > files, "landing append")
     assert "dbt build" not in out
-    wh.run()
+    outputs += [out, wh.run()]
     check({t.name: second[-1].commit_lsn for t in CHANGE_TABLES})
     assert wh.commits("landed_rows") == commits + 1
     by_file = {}
@@ -171,6 +183,7 @@ def test_runner_processes_land_from_hdfs_through_a_kill_a_cut_file_and_a_changed
     _upload(spark, local, uri, replace=(changed,))
     proc = wh.start()
     out, _ = proc.communicate(timeout=TIMEOUT)
+    outputs.append(out)
     assert proc.returncode == 1, out[-3000:]
     assert re.search(rf"{re.escape(cut)}: the CSV does not end with a line break", out), out[-3000:]
     assert re.search(rf"{re.escape(changed)}: changed since it was landed", out), out[-3000:]
@@ -184,5 +197,16 @@ def test_runner_processes_land_from_hdfs_through_a_kill_a_cut_file_and_a_changed
     jvm = spark._jvm
     replaced = jvm.org.apache.hadoop.fs.Path(f"{uri}/{changed}")
     assert replaced.getFileSystem(spark._jsc.hadoopConfiguration()).delete(replaced, False)
-    wh.run()
+    outputs.append(wh.run())
     check({t.name: third[-1].commit_lsn for t in CHANGE_TABLES})
+
+    # the secret is in no output, no file the runs wrote (project, dbt's target and logs, state),
+    # no table
+    assert not [i for i, out in enumerate(outputs) if secret in out]
+    leaked = [p for p in tmp_path.rglob("*") if p.is_file() and p != profiles and secret.encode() in p.read_bytes()]
+    assert leaked == []
+    tables = [p.parent for p in (tmp_path / "state").rglob("_delta_log")]
+    assert len(tables) > 10
+    for table in tables:
+        rows = spark.read.format("delta").load(str(table)).selectExpr("to_json(struct(*)) as r").collect()
+        assert not [r for r in rows if secret in r["r"]], f"the secret is in {table.name}"

@@ -81,8 +81,12 @@ def test_every_command_the_docs_show_exists_and_parses(page, command):
     elif command.startswith("python -m cdc_tooling "):
         _argparse_check(tooling_parser(), words[3:], command)
     elif command.startswith("make "):
-        targets = set(re.findall(r"^([\w-]+):", (PROJECT_DIR / "Makefile").read_text(), re.MULTILINE))
-        assert set(words[1:]) <= targets, f"{page}: {command}: the Makefile has no target {set(words[1:]) - targets}"
+        makefile = (PROJECT_DIR / "Makefile").read_text()
+        targets = set(re.findall(r"^([\w-]+):", makefile, re.MULTILINE))
+        names = {w for w in words[1:] if "=" not in w}
+        assert names <= targets, f"{page}: {command}: the Makefile has no target {names - targets}"
+        variables = {w.split("=")[0] for w in words[1:] if "=" in w}
+        assert variables <= set(re.findall(r"\$\((\w+)\)", makefile)), f"{page}: {command}: the Makefile uses no {variables}"
     else:
         _dbt_check(words[1:], command)
 

@@ -145,6 +145,15 @@ def test_cluster_target_builds_the_marts_the_local_session_builds(spark, tmp_pat
         for n in (1, 2):  # the Thrift server's executors and the runner's ran on each worker
             assert len(list((cluster.state_dir / f"work/worker{n}").glob("app-*"))) == 2
         assert not (tmp_path / "app_state" / "warehouse").exists()
+
+        # over Spark Connect: the Connect server is the cluster's application, the runner its client
+        up(cluster, server="connect")
+        connected = "k_" + uuid.uuid4().hex[:8]
+        output = _run_over_spark_connect(tmp_path, cluster, landing, connected)
+        assert table.getvalue().strip() in output and _ces_stream(output) == local_stream
+        over_connect = _marts(spark, connected, warehouse=str(cluster.state_dir / "warehouse"))
+        for mart, rows in on_session.items():
+            assert over_connect[mart] == rows, f"{mart} differs between Spark Connect and the local session"
     finally:
         down(cluster)
         mini_hdfs.down(hdfs)
@@ -176,6 +185,19 @@ def _run_as_cluster_application(spark, tmp_path: Path, cluster: Cluster, hdfs: m
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-3000:]
     assert f"starting Spark (target local, master {cluster.master_url})" in output, output[-3000:]
+    return output
+
+
+def _run_over_spark_connect(tmp_path: Path, cluster: Cluster, landing: Path, schema: str) -> str:
+    """`python -m runner run --target connect` against the cluster's Spark Connect server."""
+    env = {**os.environ, "SQLSERVER_CDC_REMOTE": cluster.connect_url, "SQLSERVER_CDC_SCHEMA": schema,
+           "DBT_TARGET_PATH": str(tmp_path / "dbt_target_connect"), "DBT_LOG_PATH": str(tmp_path / "dbt_logs_connect")}
+    done = subprocess.run([sys.executable, "-m", "runner", "run", "--target", "connect", "--landing", str(landing)],
+                          check=False, cwd=PROJECT_DIR, env=env, capture_output=True, text=True, timeout=900)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-3000:]
+    assert f"starting Spark (target connect, Spark Connect {cluster.connect_url})" in output, output[-3000:]
+    assert "CANNOT_MODIFY_STATIC_CONFIG" not in output, "dbt-spark's Hive-support warning reached the output"
     return output
 
 
