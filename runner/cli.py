@@ -304,6 +304,8 @@ def main(argv: list[str] | None = None, kafka_sources: list | None = None) -> in
         if kafka_sources is None:
             kafka_sources = kafka.sources(args.project_dir) if args.command == "run" else []
         local = not is_uri(_landing_dir(args))  # a URI is read in the runner's SparkSession (runner/folders.py)
+        if not local:
+            open_folder(_landing_dir(args))  # a URI with a secret in it is refused before anything runs
         if not local and (target.method != "session" or target.remote):
             raise UsageError(f"target {target.name} {'is Spark Connect' if target.remote else 'uses method ' + target.method}: "
                              "a landing folder named by a URI is listed through Hadoop in the runner's own SparkSession, "

@@ -22,6 +22,20 @@ def test_missing_landing_folder_is_a_usage_error(tmp_path):
     assert "FAILED: landing folder" in last and "does not exist; pass --landing DIR" in last
 
 
+def test_a_uri_landing_folder_needs_a_session_target_and_no_secret_in_it():
+    """Before the lock or Spark: a server target cannot list a URI (exit 2, the remedy named), and
+    a URI with a secret in it is refused without printing the secret."""
+    for target, what in (("cluster", "uses method thrift"), ("connect", "is Spark Connect")):
+        result = _run("run", "--target", target, "--landing", "hdfs://127.0.0.1:1/landing")
+        assert result.returncode == 2
+        assert (f"FAILED: target {target} {what}: a landing folder named by a URI is listed through Hadoop in the "
+                "runner's own SparkSession") in result.stdout.strip().splitlines()[-1]
+    result = _run("run", "--landing", "s3a://AKIAEXAMPLE:TopSecretValue@bucket/landing")
+    assert result.returncode == 2 and "starting Spark" not in result.stdout
+    assert "FAILED: landing folder s3a://bucket/landing: its URI holds a secret" in result.stdout
+    assert "TopSecretValue" not in result.stdout + result.stderr
+
+
 def test_unknown_target_is_a_usage_error():
     result = _run("run", "--target", "nope")
     assert result.returncode == 2
@@ -126,6 +140,8 @@ def test_kafka_sources_are_checked_before_spark(tmp_path):
     unset = "SQLSERVER_CDC_TEST_UNSET_JAAS"
     assert f"environment variable {unset} (secret option sasl.jaas.config) is not set" in run_with(
         {**base, "secret_options": {"sasl.jaas.config": unset}})
-    assert "Kafka sources are read in the runner's own SparkSession, so they need a session target" in run_with(
-        {**base, "secret_options": {"sasl.jaas.config": "TEST_JAAS"}}, "--target", "cluster",
-        env={"TEST_JAAS": "not-a-secret-value"})
+    for target, what in (("cluster", "uses method thrift"), ("connect", "is Spark Connect")):
+        assert (f"target {target} {what}: Kafka sources are read (their offsets through Kafka's client) in the runner's "
+                "own SparkSession, so they need a session target that is not Spark Connect") in run_with(
+            {**base, "secret_options": {"sasl.jaas.config": "TEST_JAAS"}}, "--target", target,
+            env={"TEST_JAAS": "not-a-secret-value"})
