@@ -15,33 +15,24 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from cdc_tooling.daemons import HOST, LOG4J2, Service, answers, classpath, command_line, stop
 from runner import jars
-from runner.errors import EXIT_OK, InfrastructureError, RunnerError, UsageError
+from runner.errors import InfrastructureError
 from runner.session import check_java
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
-HOST = "127.0.0.1"
 DEFAULT_PORT = 19820
-LOG4J2 = """rootLogger.level = warn
-rootLogger.appenderRef.file.ref = file
-appender.file.type = File
-appender.file.name = file
-appender.file.fileName = {log}
-appender.file.layout.type = PatternLayout
-appender.file.layout.pattern = %d{{yyyy-MM-dd HH:mm:ss}} %p %c{{1}}: %m%n
-"""
 
 
 @dataclass(frozen=True)
-class Hdfs:
+class Hdfs(Service):
+    NAME, MARKER = "hdfs", b"MiniHadoopClusterManager"
     home: Path
     port: int
 
@@ -55,41 +46,10 @@ class Hdfs:
         """The file system's root: hdfs://host:port."""
         return f"hdfs://{HOST}:{self.port}"
 
-    @property
-    def pid_file(self) -> Path:
-        return self.home / "hdfs.pid"
-
-    @property
-    def log(self) -> Path:
-        return self.home / "hdfs.log"
-
-    def pid(self) -> int | None:
-        """The running mini-cluster's process id, or None."""
-        try:
-            pid = int(self.pid_file.read_text())
-            os.kill(pid, 0)
-        except (OSError, ValueError):
-            return None
-        cmdline = Path(f"/proc/{pid}/cmdline")
-        return pid if cmdline.exists() and b"MiniHadoopClusterManager" in cmdline.read_bytes() else None
-
 
 def _classpath() -> str:
-    """The mini-cluster's jars (without their old slf4j API) plus slf4j 2 and its log4j binding
-    from pyspark's jars."""
-    from pyspark.find_spark_home import _find_spark_home
-
-    own = [j for j in sorted(jars.ensure_hdfs().glob("*.jar")) if "slf4j-api-1." not in j.name]
-    spark_jars = Path(_find_spark_home()) / "jars"
-    borrowed = [j for prefix in ("slf4j-api-2", "log4j-slf4j2-impl-", "log4j-api-", "log4j-core-")
-                for j in sorted(spark_jars.glob(prefix + "*.jar"))]
-    return ":".join(str(j) for j in own + borrowed)
-
-
-def _answers(port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(1)
-        return s.connect_ex((HOST, port)) == 0
+    """The mini-cluster's jars plus slf4j 2 and log4j from pyspark's."""
+    return classpath(jars.ensure_hdfs(), ("slf4j-api-2", "log4j-slf4j2-impl-", "log4j-api-", "log4j-core-"))
 
 
 def up(hdfs: Hdfs, timeout: float = 120) -> None:
@@ -111,7 +71,7 @@ def up(hdfs: Hdfs, timeout: float = 120) -> None:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     hdfs.pid_file.write_text(str(process.pid))
     deadline = time.monotonic() + timeout
-    while not (details.exists() and details.stat().st_size and _answers(hdfs.port)):
+    while not (details.exists() and details.stat().st_size and answers(hdfs.port)):
         if process.poll() is not None:
             raise InfrastructureError(f"the HDFS mini-cluster exited with {process.returncode}; see "
                                       f"{hdfs.home / 'hdfs.out'} and {hdfs.log}")
@@ -126,40 +86,25 @@ def up(hdfs: Hdfs, timeout: float = 120) -> None:
 
 def down(hdfs: Hdfs, grace: float = 30) -> None:
     """Stops the mini-cluster (SIGTERM, then SIGKILL after `grace` seconds)."""
-    pid = hdfs.pid()
-    if pid is None:
-        hdfs.pid_file.unlink(missing_ok=True)
-        return
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while hdfs.pid() and time.monotonic() < deadline:
-        time.sleep(0.3)
-    if hdfs.pid():
-        os.kill(pid, signal.SIGKILL)
-        time.sleep(0.5)
-    hdfs.pid_file.unlink(missing_ok=True)
+    stop(hdfs.pid_file, hdfs.MARKER, grace)
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
     hdfs = Hdfs.from_env()
-    try:
-        if args == ["up"]:
-            up(hdfs)
-            print(f"HDFS up: {hdfs.uri} (e.g. python -m runner run --landing {hdfs.uri}/landing); "
-                  f"its data and log in {hdfs.home}")
-        elif args == ["down"]:
-            down(hdfs)
-            print("HDFS down (its data is gone with it: the next `up` starts empty)")
-        elif args == ["status"]:
-            pid = hdfs.pid()
-            print(f"HDFS running (pid {pid}) at {hdfs.uri}" if pid else "HDFS not running")
-        else:
-            raise UsageError("usage: python -m cdc_tooling.hdfs up|down|status")
-    except RunnerError as exc:
-        print(f"FAILED: {exc}", file=sys.stderr)
-        return exc.exit_code
-    return EXIT_OK
+
+    def started() -> str:
+        up(hdfs)
+        return f"HDFS up: {hdfs.uri} (e.g. python -m runner run --landing {hdfs.uri}/landing); its data and log in {hdfs.home}"
+
+    def stopped() -> str:
+        down(hdfs)
+        return "HDFS down (its data is gone with it: the next `up` starts empty)"
+
+    def status() -> str:
+        pid = hdfs.pid()
+        return f"HDFS running (pid {pid}) at {hdfs.uri}" if pid else "HDFS not running"
+
+    return command_line("cdc_tooling.hdfs", {"up": started, "down": stopped, "status": status}, argv)
 
 
 if __name__ == "__main__":

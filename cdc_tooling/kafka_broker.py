@@ -20,8 +20,6 @@ from __future__ import annotations
 import base64
 import os
 import secrets
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -29,30 +27,23 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from cdc_tooling.daemons import HOST, LOG4J2, Service, answers, classpath, command_line, stop
 from runner import jars
-from runner.errors import EXIT_OK, InfrastructureError, RunnerError, UsageError
+from runner.errors import InfrastructureError
 from runner.session import check_java
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
-HOST = "127.0.0.1"
 PORTS = {
     "SQLSERVER_CDC_KAFKA_PORT": 19092,
     "SQLSERVER_CDC_KAFKA_SASL_PORT": 19093,
     "SQLSERVER_CDC_KAFKA_CONTROLLER_PORT": 19094,
 }
 USER = "cdc"
-LOG4J2 = """rootLogger.level = warn
-rootLogger.appenderRef.file.ref = file
-appender.file.type = File
-appender.file.name = file
-appender.file.fileName = {log}
-appender.file.layout.type = PatternLayout
-appender.file.layout.pattern = %d{{yyyy-MM-dd HH:mm:ss}} %p %c{{1}}: %m%n
-"""
 
 
 @dataclass(frozen=True)
-class Broker:
+class Broker(Service):
+    NAME, MARKER = "broker", b"kafka.Kafka"
     home: Path
     plain_port: int
     sasl_port: int
@@ -73,35 +64,10 @@ class Broker:
     def sasl_bootstrap(self) -> str:
         return f"{HOST}:{self.sasl_port}"
 
-    @property
-    def pid_file(self) -> Path:
-        return self.home / "broker.pid"
-
-    @property
-    def log(self) -> Path:
-        return self.home / "broker.log"
-
-    def pid(self) -> int | None:
-        """The running broker's process id, or None."""
-        try:
-            pid = int(self.pid_file.read_text())
-            os.kill(pid, 0)
-        except (OSError, ValueError):
-            return None
-        cmdline = Path(f"/proc/{pid}/cmdline")
-        return pid if cmdline.exists() and b"kafka.Kafka" in cmdline.read_bytes() else None
-
 
 def _classpath() -> str:
-    """Kafka's jars (without their old slf4j API) plus Scala's library, slf4j 2 and its log4j
-    binding from pyspark's jars."""
-    from pyspark.find_spark_home import _find_spark_home
-
-    own = [j for j in sorted(jars.ensure_broker().glob("*.jar")) if "slf4j-api-1." not in j.name]
-    spark_jars = Path(_find_spark_home()) / "jars"
-    borrowed = [j for prefix in ("scala-library-", "slf4j-api-2", "log4j-slf4j2-impl-")
-                for j in sorted(spark_jars.glob(prefix + "*.jar"))]
-    return ":".join(str(j) for j in own + borrowed)
+    """Kafka's jars plus Scala's library, slf4j 2 and its log4j binding from pyspark's."""
+    return classpath(jars.ensure_broker(), ("scala-library-", "slf4j-api-2", "log4j-slf4j2-impl-"))
 
 
 def _properties(broker: Broker, password: str) -> str:
@@ -132,12 +98,6 @@ def _properties(broker: Broker, password: str) -> str:
     ])
 
 
-def _answers(port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(1)
-        return s.connect_ex((HOST, port)) == 0
-
-
 def up(broker: Broker, timeout: float = 120, quiet: bool = True) -> None:
     """Starts the broker (formatting its storage the first time) and waits for its listeners."""
     if broker.pid():
@@ -166,7 +126,7 @@ def up(broker: Broker, timeout: float = 120, quiet: bool = True) -> None:
                                    start_new_session=True)
     broker.pid_file.write_text(str(process.pid))
     deadline = time.monotonic() + timeout
-    while not (_answers(broker.plain_port) and _answers(broker.sasl_port)):
+    while not (answers(broker.plain_port) and answers(broker.sasl_port)):
         if process.poll() is not None:
             raise InfrastructureError(f"the Kafka broker exited with {process.returncode}; see {broker.log} and "
                                       f"{broker.home / 'broker.out'}")
@@ -178,40 +138,26 @@ def up(broker: Broker, timeout: float = 120, quiet: bool = True) -> None:
 
 def down(broker: Broker, grace: float = 30) -> None:
     """Stops the broker (SIGTERM, then SIGKILL after `grace` seconds); keeps its data."""
-    pid = broker.pid()
-    if pid is None:
-        broker.pid_file.unlink(missing_ok=True)
-        return
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while broker.pid() and time.monotonic() < deadline:
-        time.sleep(0.3)
-    if broker.pid():
-        os.kill(pid, signal.SIGKILL)
-        time.sleep(0.5)
-    broker.pid_file.unlink(missing_ok=True)
+    stop(broker.pid_file, broker.MARKER, grace)
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
     broker = Broker.from_env()
-    try:
-        if args == ["up"]:
-            up(broker, quiet=False)
-            print(f"Kafka broker up: PLAINTEXT {broker.bootstrap}, SASL_PLAINTEXT (PLAIN, user {USER}) "
-                  f"{broker.sasl_bootstrap}; data and log in {broker.home}")
-        elif args == ["down"]:
-            down(broker)
-            print("Kafka broker down (its data is kept; `make kafka-up` restarts it)")
-        elif args == ["status"]:
-            pid = broker.pid()
-            print(f"Kafka broker running (pid {pid}) on {broker.bootstrap}" if pid else "Kafka broker not running")
-        else:
-            raise UsageError("usage: python -m cdc_tooling.kafka_broker up|down|status")
-    except RunnerError as exc:
-        print(f"FAILED: {exc}", file=sys.stderr)
-        return exc.exit_code
-    return EXIT_OK
+
+    def started() -> str:
+        up(broker, quiet=False)
+        return (f"Kafka broker up: PLAINTEXT {broker.bootstrap}, SASL_PLAINTEXT (PLAIN, user {USER}) "
+                f"{broker.sasl_bootstrap}; data and log in {broker.home}")
+
+    def stopped() -> str:
+        down(broker)
+        return "Kafka broker down (its data is kept; `make kafka-up` restarts it)"
+
+    def status() -> str:
+        pid = broker.pid()
+        return f"Kafka broker running (pid {pid}) on {broker.bootstrap}" if pid else "Kafka broker not running"
+
+    return command_line("cdc_tooling.kafka_broker", {"up": started, "down": stopped, "status": status}, argv)
 
 
 if __name__ == "__main__":
