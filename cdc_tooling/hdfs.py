@@ -3,9 +3,11 @@ up|down|status` (make hdfs-up / hdfs-down).
 
 Apache Hadoop's mini-cluster (a NameNode and one DataNode in one JVM) at pyspark's Hadoop
 release, from `hadoop-client-minicluster` fetched from Maven Central at set-up (runner/jars.py,
-`<jar folder>/hdfs`). The NameNode listens on 127.0.0.1 (SQLSERVER_CDC_HDFS_PORT, default 19820;
-its web UI and the DataNode on ports of their own choosing, on the loopback interface too), so
-the landing folder is e.g. `hdfs://127.0.0.1:19820/landing`. Its blocks, log and pid file live
+`<jar folder>/hdfs`). The NameNode listens on 127.0.0.1 (SQLSERVER_CDC_HDFS_PORT, default 19820),
+its web server with WebHDFS on SQLSERVER_CDC_HDFS_HTTP_PORT (default 19870), the DataNode on ports
+of its own choosing, all on the loopback interface, so the landing folder is e.g.
+`hdfs://127.0.0.1:19820/landing`, or the same folder as `webhdfs://127.0.0.1:19870/landing`
+(which a target whose Spark runs elsewhere lists through fsspec: runner/folders.py). Its blocks, log and pid file live
 in one git-ignored folder (SQLSERVER_CDC_HDFS_DIR, default `<project>/.hdfs`); every `up` formats
 it anew (the mini-cluster keeps nothing across restarts), `down` stops it.
 """
@@ -28,6 +30,7 @@ from runner.session import check_java
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 DEFAULT_PORT = 19820
+DEFAULT_HTTP_PORT = 19870
 
 
 @dataclass(frozen=True)
@@ -35,16 +38,23 @@ class Hdfs(Service):
     NAME, MARKER = "hdfs", b"MiniHadoopClusterManager"
     home: Path
     port: int
+    http_port: int = DEFAULT_HTTP_PORT
 
     @classmethod
     def from_env(cls) -> Hdfs:
         return cls(Path(os.environ.get("SQLSERVER_CDC_HDFS_DIR", PROJECT_DIR / ".hdfs")),
-                   int(os.environ.get("SQLSERVER_CDC_HDFS_PORT", DEFAULT_PORT)))
+                   int(os.environ.get("SQLSERVER_CDC_HDFS_PORT", DEFAULT_PORT)),
+                   int(os.environ.get("SQLSERVER_CDC_HDFS_HTTP_PORT", DEFAULT_HTTP_PORT)))
 
     @property
     def uri(self) -> str:
         """The file system's root: hdfs://host:port."""
         return f"hdfs://{HOST}:{self.port}"
+
+    @property
+    def webhdfs_uri(self) -> str:
+        """The same root through the NameNode's REST interface: webhdfs://host:http_port."""
+        return f"webhdfs://{HOST}:{self.http_port}"
 
 
 def _classpath() -> str:
@@ -65,13 +75,13 @@ def up(hdfs: Hdfs, timeout: float = 120) -> None:
     command = ["java", "-Xms128m", "-Xmx512m", f"-Dlog4j2.configurationFile={hdfs.home / 'log4j2.properties'}",
                "-cp", _classpath(), "org.apache.hadoop.mapreduce.MiniHadoopClusterManager",
                "-nomr", "-format", "-nnport", str(hdfs.port), "-writeDetails", str(details),
-               "-D", f"hadoop.tmp.dir={hdfs.home / 'data'}", "-D", f"dfs.namenode.http-address={HOST}:0",
+               "-D", f"hadoop.tmp.dir={hdfs.home / 'data'}", "-nnhttpport", str(hdfs.http_port),
                "-D", "dfs.permissions.enabled=false"]
     with (hdfs.home / "hdfs.out").open("ab") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     hdfs.pid_file.write_text(str(process.pid))
     deadline = time.monotonic() + timeout
-    while not (details.exists() and details.stat().st_size and answers(hdfs.port)):
+    while not (details.exists() and details.stat().st_size and answers(hdfs.port) and answers(hdfs.http_port)):
         if process.poll() is not None:
             raise InfrastructureError(f"the HDFS mini-cluster exited with {process.returncode}; see "
                                       f"{hdfs.home / 'hdfs.out'} and {hdfs.log}")
@@ -94,7 +104,8 @@ def main(argv: list[str] | None = None) -> int:
 
     def started() -> str:
         up(hdfs)
-        return f"HDFS up: {hdfs.uri} (e.g. python -m runner run --landing {hdfs.uri}/landing); its data and log in {hdfs.home}"
+        return (f"HDFS up: {hdfs.uri}, WebHDFS {hdfs.webhdfs_uri} (e.g. python -m runner run --landing {hdfs.uri}/landing); "
+                f"its data and log in {hdfs.home}")
 
     def stopped() -> str:
         down(hdfs)

@@ -77,8 +77,10 @@ def hadoop_version() -> str:
 
 def hdfs_packages() -> str:
     """Apache Hadoop's HDFS mini-cluster (a NameNode and DataNodes in one JVM, for the tests and
-    `make hdfs-up` only) at pyspark's Hadoop release, with JUnit, which its launcher loads."""
-    return f"org.apache.hadoop:hadoop-client-minicluster:{hadoop_version()},junit:junit:4.13.2"
+    `make hdfs-up` only) at pyspark's Hadoop release, with JUnit, which its launcher loads, and
+    the javax JAXB API, which its WebHDFS server needs and Java 11+ no longer carries."""
+    return (f"org.apache.hadoop:hadoop-client-minicluster:{hadoop_version()},junit:junit:4.13.2,"
+            "javax.xml.bind:jaxb-api:2.3.1")
 
 
 def spark_packages() -> str:
