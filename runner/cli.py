@@ -17,7 +17,7 @@ from pathlib import Path
 from runner import kafka, landing, plan, report
 from runner.dbt import Dbt, failures
 from runner.errors import EXIT_OK, InfrastructureError, PipelineFailed, RunnerError, UsageError
-from runner.folders import display, is_uri, open_folder
+from runner.folders import Folder, display, is_uri, open_folder
 from runner.lock import RunnerLock, describe_previous, lock_path, state_dir
 from runner.profile import load_target
 from runner.project import check_model_files, exported_columns
@@ -82,7 +82,7 @@ def _batch_id() -> str:
     return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ") + "-" + uuid.uuid4().hex[:6]
 
 
-def run_pipeline(project_dir: Path, target, landing_dir: Path | str, *, select: list[str] = (),
+def run_pipeline(project_dir: Path, target, landing_dir: Path | str | Folder, *, select: list[str] = (),
                  full_refresh: bool = False, upper_lsn: str | None = None, strict: bool = False,
                  progress=None, kafka_sources: list | None = None, accept_kafka_gap: list[str] = (),
                  nodes: list | None = None, listed: dict[str, tuple[int, int]] | None = None,
@@ -114,7 +114,7 @@ def run_pipeline(project_dir: Path, target, landing_dir: Path | str, *, select: 
         batch_id, stopped = _land_kafka(dbt, target, sources, batch_id, accept_kafka_gap, progress)
     else:
         stopped = []
-    folder = open_folder(landing_dir)
+    folder = open_folder(landing_dir, hadoop=target.owns_jvm)
     if sources and not folder.exists():  # a project fed by Kafka alone needs no landing folder
         files = []
         progress.step(f"no landing folder {folder}: no files to land (batch {batch_id})")
@@ -303,20 +303,17 @@ def main(argv: list[str] | None = None, kafka_sources: list | None = None) -> in
         target = load_target(args.project_dir, args.target)
         if kafka_sources is None:
             kafka_sources = kafka.sources(args.project_dir) if args.command == "run" else []
-        local = not is_uri(_landing_dir(args))  # a URI is read in the runner's SparkSession (runner/folders.py)
-        if not local:
-            open_folder(_landing_dir(args))  # a URI with a secret in it is refused before anything runs
-        if not local and (target.method != "session" or target.remote):
-            raise UsageError(f"target {target.name} {'is Spark Connect' if target.remote else 'uses method ' + target.method}: "
-                             "a landing folder named by a URI is listed through Hadoop in the runner's own SparkSession, "
-                             "so it needs a session target that is not Spark Connect (docs/operations.md \"Landing from "
-                             "object storage\")")
-        if args.command == "run" and not kafka_sources and local:
-            landing.discover(_landing_dir(args))  # a missing landing folder is a usage error: fail before Spark
+        # a local folder, or a URI listed through fsspec for a target whose Spark runs elsewhere, is listed
+        # before Spark starts; a URI on a session target through Hadoop in the runner's SparkSession
+        # (runner/folders.py)
+        through_spark = is_uri(_landing_dir(args)) and target.owns_jvm
+        folder = open_folder(_landing_dir(args), hadoop=target.owns_jvm)  # a URI with a secret is refused here
+        if args.command == "run" and not kafka_sources and not through_spark:
+            landing.discover(folder)  # a missing landing folder is a usage error: fail before Spark
         check_model_files(args.project_dir)
         for source in kafka_sources:  # settings and secrets checked before Spark starts
             source.client_options()
-        if kafka_sources and (target.method != "session" or target.remote):
+        if kafka_sources and not target.owns_jvm:
             raise UsageError(f"target {target.name} {'is Spark Connect' if target.remote else 'uses method ' + target.method}: "
                              "Kafka sources are read (their offsets through Kafka's client) in the runner's own SparkSession, "
                              "so they need a session target that is not Spark Connect (docs/channels.md \"Reading from Kafka "
@@ -325,9 +322,9 @@ def main(argv: list[str] | None = None, kafka_sources: list | None = None) -> in
             if describe_previous(held):
                 progress.step(describe_previous(held))
             listed = None
-            if args.command != "audit" and local and not (kafka_sources and not _landing_dir(args).exists()):
+            if args.command != "audit" and not through_spark and not (kafka_sources and not folder.exists()):
                 # the first of two listings: a file that changes before landing's is still being written
-                listed = landing.listing(_landing_dir(args))
+                listed = landing.listing(folder)
             last_run = _last_run(args, target, held, bool(kafka_sources))
             if last_run:
                 if recorded := last_run.unchanged_since():
@@ -347,7 +344,7 @@ def main(argv: list[str] | None = None, kafka_sources: list | None = None) -> in
                 spark = create_session(target, args.project_dir)  # dbt-spark's session method reuses it
                 if not target.remote:  # a Connect session's JVM is the server's
                     held.record_jvm(spark._jvm.java.lang.ProcessHandle.current().pid())
-                if args.command == "run" and not local:  # a URI's first listing, once Spark can read it
+                if args.command == "run" and through_spark:  # a URI's first listing, once Spark can read it
                     folder = open_folder(_landing_dir(args), spark)
                     listed = landing.listing(folder) if folder.exists() or not kafka_sources else None
             else:
@@ -356,7 +353,7 @@ def main(argv: list[str] | None = None, kafka_sources: list | None = None) -> in
                 return _audit(args, target, progress)
             notes: list[str] = []
             run_pipeline(
-                args.project_dir, target, _landing_dir(args),
+                args.project_dir, target, folder,
                 select=getattr(args, "select", []), full_refresh=getattr(args, "full_refresh", False),
                 upper_lsn=getattr(args, "upper_lsn", None), strict=getattr(args, "strict", False), progress=progress,
                 min_headroom=getattr(args, "min_headroom", None),
@@ -376,7 +373,7 @@ def _last_run(args, target, held: RunnerLock, reads_kafka: bool) -> LastRun | No
     """The record of the last successful plain run, for a plain `run` of a session target that
     reads no Kafka source (only a Kafka client can tell whether a topic has new records; docs/operations.md
     "The runner"). Other runs get None, and delete any record: they may change the marts."""
-    if (target.method != "session" or target.remote or args.command == "audit" or is_uri(_landing_dir(args))
+    if (not target.owns_jvm or args.command == "audit" or is_uri(_landing_dir(args))
             or is_uri(target.spark_conf.get("spark.sql.warehouse.dir", ""))):
         return None
     last_run = LastRun(held.path.with_name("last_run.json"), args.project_dir, _landing_dir(args), target)

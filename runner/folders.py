@@ -3,12 +3,17 @@ Hadoop (so Spark) reads, named by a URI (`hdfs://`, `s3a://`, `abfss://`, `gs://
 
 The runner only lists a folder and reads a few bytes of its files (a CSV header, a Parquet
 footer's magic, an export manifest); Spark reads the files themselves (macro land_files), at the
-path `spark_path` gives. A local folder is read with Python's file calls, before Spark starts; a
-URI through Hadoop's FileSystem API in the runner's own SparkSession (the JVM Spark already
-carries, with the session's Hadoop settings), so a URI needs a session target and a started
-session. Credentials are never the runner's business: Hadoop takes them from its settings
-(`spark.hadoop.*` in the profile, `core-site.xml`) or the environment, and the runner never
-prints a URI's user information (see `display`).
+path `spark_path` gives. Three kinds of folder, one interface (exists, files, read, spark_path):
+- a local path: Python's file calls, before Spark starts (LocalFolder);
+- a URI on a session target: Hadoop's FileSystem API in the runner's own SparkSession, the JVM
+  Spark already carries with the session's Hadoop settings (HadoopFolder);
+- a URI on a target whose Spark runs elsewhere (a Thrift or http server, Spark Connect): the
+  runner has no JVM of Spark's, so it lists and probes through fsspec (s3fs, adlfs, gcsfs, or
+  fsspec's own WebHDFS client), while the server's Spark reads the same URI (FsspecFolder).
+Credentials are never the runner's business: Hadoop takes them from its settings (`spark.hadoop.*`
+in the profile, `core-site.xml`), fsspec's file systems from the environment (AWS_*, AZURE_*,
+Google's application default credentials), and the runner never prints a URI's user information
+(see `display`).
 """
 
 from __future__ import annotations
@@ -47,10 +52,11 @@ def display(location: str) -> str:
     return re.sub(r"\b([A-Za-z][A-Za-z0-9+.-]*://)[^/@\s:]*:[^/@\s]*@", r"\1", location)
 
 
-def open_folder(location: str | Path, spark=None) -> LocalFolder | HadoopFolder:
+def open_folder(location: str | Path, spark=None, hadoop: bool = True) -> Folder:
     """The folder a --landing value names: a local path (or `file:` URI) as a LocalFolder, any
-    other URI as a HadoopFolder read through `spark` (default: the active session)."""
-    if isinstance(location, (LocalFolder, HadoopFolder)):
+    other URI as a HadoopFolder read through `spark` (default: the active session) or, with
+    hadoop=False (a target whose Spark is not in the runner's process), as an FsspecFolder."""
+    if isinstance(location, (LocalFolder, HadoopFolder, FsspecFolder)):
         return location
     if not is_uri(location):
         return LocalFolder(Path(location).resolve())
@@ -61,6 +67,8 @@ def open_folder(location: str | Path, spark=None) -> LocalFolder | HadoopFolder:
         raise UsageError(f"landing folder {display(str(location))}: its URI holds a secret (user:secret@), which "
                          "would reach the run's logs; give the file system its credentials in Hadoop's settings "
                          "or the environment instead (docs/operations.md \"Landing from object storage\")")
+    if not hadoop:
+        return FsspecFolder(str(location).rstrip("/"))
     return HadoopFolder(str(location).rstrip("/"), spark)
 
 
@@ -176,6 +184,115 @@ class HadoopFolder:
 
     def spark_path(self, relative: str) -> str:
         return f"{self._hadoop()[2]}/{relative}"
+
+
+# Hadoop's scheme -> fsspec's protocol and the package that implements it (`hdfs:` is absent:
+# fsspec reads it through libhdfs, which pyspark does not ship; WebHDFS names the same HDFS)
+FSSPEC = {"s3a": ("s3", "s3fs"), "s3": ("s3", "s3fs"), "abfss": ("abfs", "adlfs"), "abfs": ("abfs", "adlfs"),
+          "gs": ("gs", "gcsfs"), "webhdfs": ("webhdfs", "fsspec"), "swebhdfs": ("webhdfs", "fsspec")}
+# where each file system's listing keeps a file's modification time
+MODIFIED = ("modificationTime", "LastModified", "last_modified", "updated", "mtime", "modified")
+
+
+class FsspecFolder:
+    """A folder named by a URI, listed and read in the runner's Python through fsspec, for the
+    targets whose Spark is a server (Thrift, http, Spark Connect): the server reads the URI
+    itself, with its own Hadoop settings."""
+
+    local = False
+
+    def __init__(self, uri: str):
+        self.uri = uri
+        scheme = urlsplit(uri).scheme.lower()
+        if scheme not in FSSPEC:
+            raise UsageError(f"landing folder {self}: a target whose Spark runs elsewhere (a Thrift or http server, "
+                             f"Spark Connect) lists a URI through fsspec, which reads {', '.join(sorted(FSSPEC))}:// "
+                             f"but not {scheme}:// here" + (" (for HDFS, name the same folder as webhdfs://namenode:"
+                             "http-port/...: Spark reads it too)" if scheme == "hdfs" else "")
+                             + "; or run on a session target (docs/operations.md \"Landing from object storage\")")
+        self._protocol, self._package = FSSPEC[scheme]
+        self._fs = None
+
+    def __str__(self) -> str:
+        return display(self.uri)
+
+    def _fsspec(self):
+        """(the file system, the folder's path in it), on first use."""
+        if self._fs is None:
+            try:
+                from fsspec.core import url_to_fs
+
+                self._fs, self._root = url_to_fs(self._protocol + self.uri[self.uri.index(":"):])
+            except ImportError as exc:
+                raise UsageError(f"landing folder {self}: listing it needs the Python package {self._package} "
+                                 f"(pip install '{self._package}'; fsspec: {exc})") from None
+            except Exception as exc:  # noqa: BLE001 - a file system's own configuration errors
+                raise InfrastructureError(f"landing folder {self}: fsspec cannot open it: {_message(exc)}") from None
+            self._root = self._root.rstrip("/")
+        return self._fs, self._root
+
+    def exists(self) -> bool:
+        fs, root = self._fsspec()
+        try:
+            return fs.info(root).get("type") == "directory"  # not isdir: it reads an unreachable store as no folder
+        except FileNotFoundError:
+            return False
+        except Exception as exc:  # noqa: BLE001
+            raise InfrastructureError(f"landing folder {self}: cannot list it: {_message(exc)}") from None
+
+    def files(self, under: str) -> list[Listed]:
+        fs, root = self._fsspec()
+        base = f"{root}/{under}"
+        try:  # fsspec's walk reads an unreachable store as an empty folder unless told to raise
+            found = fs.find(base, detail=True, on_error="raise")
+        except FileNotFoundError:
+            return []
+        except Exception as exc:  # noqa: BLE001
+            raise InfrastructureError(f"landing folder {self}: cannot list {under}/: {_message(exc)}") from None
+        prefix = fs._strip_protocol(root).rstrip("/") + "/"
+        listed = []
+        for name, info in found.items():
+            name = fs._strip_protocol(name)
+            if info.get("type", "file") == "file" and name.startswith(prefix):
+                listed.append(Listed(name[len(prefix):], int(info.get("size") or 0), _modified_ns(info)))
+        return sorted(listed, key=lambda f: f.relative)
+
+    def read(self, relative: str, offset: int = 0, length: int = -1) -> bytes:
+        fs, root = self._fsspec()
+        try:
+            with fs.open(f"{root}/{relative}", "rb") as f:
+                f.seek(offset)
+                return f.read(length)
+        except Exception as exc:  # noqa: BLE001
+            raise InfrastructureError(f"landing folder {self}: cannot read {relative}: {_message(exc)}") from None
+
+    def spark_path(self, relative: str) -> str:
+        return f"{self.uri}/{relative}"
+
+
+def _modified_ns(info: dict) -> int:
+    """A listed file's modification time in ns, from whichever field its file system gives
+    (WebHDFS: milliseconds; object stores: a datetime or ISO text)."""
+    from datetime import datetime
+
+    for key in MODIFIED:
+        value = info.get(key)
+        if isinstance(value, str):
+            value = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        if isinstance(value, datetime):
+            return int(value.timestamp() * 1_000_000) * 1000
+        if isinstance(value, (int, float)) and value:
+            return int(value) * 1_000_000 if key == "modificationTime" else int(value * 1_000_000_000)
+    raise InfrastructureError(f"the file system gives no modification time for {display(str(info.get('name')))} "
+                              f"(fields: {', '.join(sorted(info))})")
+
+
+def _message(exc: Exception) -> str:
+    text = str(exc).strip().splitlines()
+    return display(text[0] if text else type(exc).__name__)
+
+
+Folder = LocalFolder | HadoopFolder | FsspecFolder
 
 
 def _java_message(exc: Exception) -> str:

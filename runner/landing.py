@@ -49,7 +49,7 @@ from pydantic import ValidationError
 
 from runner.config import ExportManifest, SnapshotManifest, explain, project_vars
 from runner.errors import UsageError
-from runner.folders import HadoopFolder, LocalFolder, open_folder
+from runner.folders import Folder, open_folder
 from runner.project import exported_columns
 
 KINDS = ("change_tables", "cdc_metadata", "ces", "debezium", "snapshots")
@@ -72,7 +72,7 @@ CSV_SETTABLE = (*CSV_DIALECT, "comment")
 BOMS = ((b"\xef\xbb\xbf", "UTF-8"), (b"\xff\xfe", "UTF-16"), (b"\xfe\xff", "UTF-16"))
 
 
-Landing = Path | str | LocalFolder | HadoopFolder  # a landing folder: runner/folders.py open_folder
+Landing = Path | str | Folder  # a landing folder: runner/folders.py open_folder
 
 
 @dataclass(frozen=True)
@@ -271,7 +271,7 @@ class CsvHeaderError(Exception):
     """Why a CSV file's header row cannot name its columns (the file is refused with it)."""
 
 
-def cut_short(folder: LocalFolder | HadoopFolder, relative: str, fmt: str, size: int,
+def cut_short(folder: Folder, relative: str, fmt: str, size: int,
               csv: dict[str, str] | None = None) -> str | None:
     """Why a data file is incomplete, or None: a Parquet file must begin and end with its magic
     (the footer is written last), a CSV must end with a line break (an export cut mid-row yields
@@ -304,7 +304,7 @@ def _newline(head: bytes, encoding: str) -> bytes:
         return b"\n"
 
 
-def _apply_manifest(folder: LocalFolder | HadoopFolder, manifest: dict, entries: dict[str, dict], listed: dict[str, str]) -> None:
+def _apply_manifest(folder: Folder, manifest: dict, entries: dict[str, dict], listed: dict[str, str]) -> None:
     """Reads a manifest into its entry and marks the files it lists: each gets the manifest and
     its row count; a problem with any of them refuses (or holds back) the manifest and all its
     files, so an export lands whole or not at all."""

@@ -31,6 +31,12 @@ class Target:
         """The Spark Connect server a session target names (`spark.remote`), else None."""
         return self.spark_conf.get("spark.remote") if self.method == "session" else None
 
+    @property
+    def owns_jvm(self) -> bool:
+        """Whether Spark's JVM runs in the runner's process (a session target, not Spark Connect):
+        what reading Kafka sources and listing a URI through Hadoop need."""
+        return self.method == "session" and not self.remote
+
 
 # dbt's type filters (e.g. `port: "{{ env_var('...') | as_number }}"`): the runner only needs
 # the text; dbt itself does the conversion.

@@ -27,7 +27,7 @@ from tests.scenarios import CHANGE_TABLES, FORMATS, TIMEOUT, Warehouse, expected
 
 @pytest.fixture(scope="module")
 def hdfs(tmp_path_factory):
-    h = Hdfs(tmp_path_factory.mktemp("hdfs"), free_ports(1)[0])
+    h = Hdfs(tmp_path_factory.mktemp("hdfs"), *free_ports(2))
     up(h)
     try:
         yield h
@@ -58,6 +58,12 @@ def test_locations_name_a_local_folder_or_a_uri(tmp_path):
     with pytest.raises(UsageError, match="holds a secret") as refused:
         open_folder("s3a://AKIAKEY:TopSecret@bucket/landing")
     assert "TopSecret" not in str(refused.value)
+    # a target whose Spark runs elsewhere lists a URI through fsspec: HDFS by its WebHDFS name
+    with pytest.raises(UsageError, match=r"webhdfs://namenode:http-port"):
+        open_folder("hdfs://nn:8020/landing", hadoop=False)
+    with pytest.raises(UsageError, match=r"s3a://bucket/landing: listing it needs the Python package s3fs "
+                                         r"\(pip install 's3fs'"):  # not a dependency of the project's
+        open_folder("s3a://bucket/landing", hadoop=False).exists()
 
 
 def test_an_hdfs_folder_lands_waits_and_refuses_as_the_same_local_folder(spark, hdfs, tmp_path):
@@ -96,6 +102,12 @@ def test_an_hdfs_folder_lands_waits_and_refuses_as_the_same_local_folder(spark, 
 
     remote = view(open_folder(uri, spark))
     assert remote == view(local)
+    # the same folder through WebHDFS and fsspec, as a Thrift, http or Connect target lists it
+    through_fsspec = open_folder(f"{hdfs.webhdfs_uri}/{tmp_path.name}/landing", hadoop=False)
+    assert type(through_fsspec).__name__ == "FsspecFolder"
+    assert view(through_fsspec) == remote
+    assert through_fsspec.files("change_tables") == open_folder(uri, spark).files("change_tables")
+    assert not open_folder(f"{hdfs.webhdfs_uri}/nowhere", hadoop=False).exists()
     assert {r: "refused" if "refused" in e else "waiting" if "waiting" in e else "lands" for r, e in remote.items()} == {
         "change_tables/dbo_plain/whole.csv": "lands",
         "change_tables/dbo_plain/cut.csv": "refused",

@@ -22,14 +22,19 @@ def test_missing_landing_folder_is_a_usage_error(tmp_path):
     assert "FAILED: landing folder" in last and "does not exist; pass --landing DIR" in last
 
 
-def test_a_uri_landing_folder_needs_a_session_target_and_no_secret_in_it():
-    """Before the lock or Spark: a server target cannot list a URI (exit 2, the remedy named), and
-    a URI with a secret in it is refused without printing the secret."""
-    for target, what in (("cluster", "uses method thrift"), ("connect", "is Spark Connect")):
+def test_a_uri_landing_folder_on_a_server_target_is_listed_through_fsspec_and_never_with_a_secret():
+    """Before the lock or Spark: a target whose Spark runs elsewhere lists a URI through fsspec, so
+    an hdfs:// URI is refused with its WebHDFS remedy (exit 2) and an unreachable folder stops the
+    run naming it; a URI with a secret in it is refused without printing the secret."""
+    for target in ("cluster", "connect"):
         result = _run("run", "--target", target, "--landing", "hdfs://127.0.0.1:1/landing")
         assert result.returncode == 2
-        assert (f"FAILED: target {target} {what}: a landing folder named by a URI is listed through Hadoop in the "
-                "runner's own SparkSession") in result.stdout.strip().splitlines()[-1]
+        assert ("FAILED: landing folder hdfs://127.0.0.1:1/landing: a target whose Spark runs elsewhere (a Thrift or "
+                "http server, Spark Connect) lists a URI through fsspec") in result.stdout.strip().splitlines()[-1]
+        assert "name the same folder as webhdfs://namenode:http-port/..." in result.stdout
+        result = _run("run", "--target", target, "--landing", "webhdfs://127.0.0.1:1/landing")
+        assert result.returncode == 2 and "starting Spark" not in result.stdout and "sending SQL" not in result.stdout
+        assert "FAILED: landing folder webhdfs://127.0.0.1:1/landing: cannot list it:" in result.stdout
     result = _run("run", "--landing", "s3a://AKIAEXAMPLE:TopSecretValue@bucket/landing")
     assert result.returncode == 2 and "starting Spark" not in result.stdout
     assert "FAILED: landing folder s3a://bucket/landing: its URI holds a secret" in result.stdout

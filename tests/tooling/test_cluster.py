@@ -1,8 +1,9 @@
 """The same project on a Spark cluster: a local standalone cluster (master, two workers and the
 Thrift server, cdc_tooling/cluster.py) runs the demo through `python -m runner run --target cluster`,
 then, its Thrift server stopped, with the runner as the driver of a cluster application whose
-landing folder and warehouse are on HDFS (cdc_tooling/hdfs.py); every mart equals, row for row,
-the one the embedded session builds from the same landing files. The cluster listens on
+landing folder and warehouse are on HDFS (cdc_tooling/hdfs.py), then over Spark Connect with
+the runner listing the same HDFS landing folder through WebHDFS and fsspec (runner/folders.py);
+every mart equals, row for row, the one the embedded session builds from the same landing files. The cluster listens on
 127.0.0.1 only and leaves no process behind."""
 
 from __future__ import annotations
@@ -74,9 +75,9 @@ def test_cluster_target_builds_the_marts_the_local_session_builds(spark, tmp_pat
     landing = tmp_path / "landing"
     demo_data.generate(spark, PROJECT_DIR, landing, transactions=120, batches=2, seed=19)
     _add_bad_input(landing)
-    ports = free_ports(len(PORTS) + 1)
+    ports = free_ports(len(PORTS) + 2)
     cluster = Cluster(tmp_path / "cluster", dict(zip(PORTS, ports)))
-    hdfs = mini_hdfs.Hdfs(tmp_path / "hdfs", ports[-1])
+    hdfs = mini_hdfs.Hdfs(tmp_path / "hdfs", *ports[-2:])
     started: set[int] = set()
     try:
         up(cluster)
@@ -146,10 +147,12 @@ def test_cluster_target_builds_the_marts_the_local_session_builds(spark, tmp_pat
             assert len(list((cluster.state_dir / f"work/worker{n}").glob("app-*"))) == 2
         assert not (tmp_path / "app_state" / "warehouse").exists()
 
-        # over Spark Connect: the Connect server is the cluster's application, the runner its client
+        # over Spark Connect: the Connect server is the cluster's application, the runner its client,
+        # which lists the HDFS landing folder through WebHDFS (fsspec) while the server reads it
         up(cluster, server="connect")
         connected = "k_" + uuid.uuid4().hex[:8]
-        output = _run_over_spark_connect(tmp_path, cluster, landing, connected)
+        output = _run_over_spark_connect(tmp_path, cluster, f"{hdfs.webhdfs_uri}/landing", connected)
+        assert f"landing new files from {hdfs.webhdfs_uri}/landing" in output
         assert table.getvalue().strip() in output and _ces_stream(output) == local_stream
         over_connect = _marts(spark, connected, warehouse=str(cluster.state_dir / "warehouse"))
         for mart, rows in on_session.items():
@@ -188,11 +191,11 @@ def _run_as_cluster_application(spark, tmp_path: Path, cluster: Cluster, hdfs: m
     return output
 
 
-def _run_over_spark_connect(tmp_path: Path, cluster: Cluster, landing: Path, schema: str) -> str:
+def _run_over_spark_connect(tmp_path: Path, cluster: Cluster, landing: str, schema: str) -> str:
     """`python -m runner run --target connect` against the cluster's Spark Connect server."""
     env = {**os.environ, "SQLSERVER_CDC_REMOTE": cluster.connect_url, "SQLSERVER_CDC_SCHEMA": schema,
            "DBT_TARGET_PATH": str(tmp_path / "dbt_target_connect"), "DBT_LOG_PATH": str(tmp_path / "dbt_logs_connect")}
-    done = subprocess.run([sys.executable, "-m", "runner", "run", "--target", "connect", "--landing", str(landing)],
+    done = subprocess.run([sys.executable, "-m", "runner", "run", "--target", "connect", "--landing", landing],
                           check=False, cwd=PROJECT_DIR, env=env, capture_output=True, text=True, timeout=900)
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-3000:]
