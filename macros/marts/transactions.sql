@@ -59,15 +59,19 @@ reconciled_changes as (
                 alive.{{ k }},
                 {%- endfor %}
                 {%- for c in non_key %}
-                null as {{ c }},
+                alive._last.{{ c }},
                 {%- endfor %}
                 false as _from_snapshot
             from (
-                select {{ t.key | join(', ') }}
+                -- the delete carries the key's last values, as a deleted row's change does
+                select
+                    {{ t.key | join(', ') }},
+                    max_by(struct(operation_code{% for c in non_key %}, {{ c }}{% endfor %}),
+                        struct(commit_lsn, change_lsn, command_id)) as _last
                 from changes
                 where commit_lsn < {{ s.lsn }}
                 group by {{ t.key | join(', ') }}
-                having max_by(operation_code, struct(commit_lsn, change_lsn, command_id)) != 1
+                having _last.operation_code != 1
             ) as alive
             left anti join (
                 select {{ t.key | join(', ') }} from changes where commit_lsn = {{ s.lsn }} and _from_snapshot
@@ -153,7 +157,8 @@ reconciled as (
         or not (snapshot.{{ c }} <=> known.{{ c }})
         {%- endfor %}
     union all
-    -- a key the marts hold alive that the snapshot does not have: deleted at its LSN
+    -- a key the marts hold alive that the snapshot does not have: deleted at its LSN, with the
+    -- values the marts hold (a deleted row's change carries its last values)
     select
         {%- for k in t.key %}
         known.{{ k }},
@@ -162,7 +167,7 @@ reconciled as (
         1 as operation_code,
         cast(null as binary) as update_mask,
         {%- for c in non_key %}
-        null as {{ c }},
+        known.{{ c }},
         {%- endfor %}
         snapshot_time.commit_time
     from known

@@ -90,14 +90,16 @@ def test_a_debezium_initial_snapshot_then_a_complete_snapshot_reconciles_and_an_
     """Debezium's snapshot rows (op r) establish the state at their LSN; after events were lost
     (connector offsets reset), a new complete snapshot (its rows marked first ... last)
     reconciles: keys it lacks are deleted at its LSN, changed rows get a version, unchanged rows
-    nothing. An incremental snapshot (rows marked incremental) never deletes."""
+    nothing. An incremental snapshot (rows marked incremental) never deletes. The table keeps
+    deleted keys (soft_deletes), with the values their delete carried: for a key the snapshot
+    lacks, its last values."""
     from cdc_simulator import debezium_writer
     from tests.scenarios import DECLARED_COLUMNS, ITEMS
     from tests.scenarios import debezium_pipeline as _pipeline
 
     pipeline = _pipeline(spark, tmp_path, {"items": {
         "channel": "debezium", "source_database": "ShopDb", "source_schema": "dbo", "source_table": "items",
-        "key": ["item_id"], "columns": DECLARED_COLUMNS}})
+        "key": ["item_id"], "columns": DECLARED_COLUMNS, "soft_deletes": True}})
     folder = pipeline.landing / "debezium" / "server1.ShopDb.dbo.items"
     render = debezium_writer.Renderer(ITEMS, debezium_writer.DebeziumOptions(schema=True))
     sim = Simulator([ITEMS], seed=37)
@@ -109,7 +111,7 @@ def test_a_debezium_initial_snapshot_then_a_complete_snapshot_reconciles_and_an_
     pipeline.run()
     snapshot1 = _snapshot_transaction(at_s1, {"items": {}}, s1, before[-1].end_time, tables=[ITEMS])
     snapshot_versions(monkeypatch, {s1})
-    check_marts(pipeline, sim, after[-1].commit_lsn, tables=[ITEMS], transactions=[snapshot1, *after])
+    check_marts(pipeline, sim, after[-1].commit_lsn, tables=[ITEMS], soft_deletes={"items"}, transactions=[snapshot1, *after])
     held = copy.deepcopy(sim.state)
 
     # events lost (the connector's offsets were reset); it snapshots again, then streams on
@@ -121,7 +123,7 @@ def test_a_debezium_initial_snapshot_then_a_complete_snapshot_reconciles_and_an_
     debezium_writer.write_lines(folder / "b1.jsonl", lines[: len(lines) // 2])
     pipeline.run()
     # half a snapshot deletes nothing: its rows are the state at s2, the keys it has not sent yet stay
-    current = {r["item_id"] for r in pipeline.table("items_current", "item_id")}
+    current = {r["item_id"] for r in pipeline.table("items_current", "item_id") if not r["is_deleted"]}
     assert set(held["items"]) <= {(k,) for k in current}
     debezium_writer.write_lines(folder / "b2.jsonl", lines[len(lines) // 2:] + render.changes(later))
     pipeline.run()
@@ -130,7 +132,7 @@ def test_a_debezium_initial_snapshot_then_a_complete_snapshot_reconciles_and_an_
     assert len(snapshot2.changes["items"]) < len(at_s2["items"])  # unchanged keys: no version
     snapshot_versions(monkeypatch, {s1, s2})
     expected = [snapshot1, *after, snapshot2, *later]
-    check_marts(pipeline, sim, later[-1].commit_lsn, tables=[ITEMS], transactions=expected)
+    check_marts(pipeline, sim, later[-1].commit_lsn, tables=[ITEMS], soft_deletes={"items"}, transactions=expected)
 
     # an incremental snapshot of a few rows: they are unchanged, and the rows it lacks stay
     versions = pipeline.rows("select count(*) as n from {s}.items_history")[0]["n"]
@@ -138,5 +140,5 @@ def test_a_debezium_initial_snapshot_then_a_complete_snapshot_reconciles_and_an_
     debezium_writer.write_lines(folder / "b3.jsonl", render.snapshot(rows, later[-1].commit_lsn + 1, later[-1].end_time,
                                                                      incremental=True))
     pipeline.run()
-    check_marts(pipeline, sim, later[-1].commit_lsn, tables=[ITEMS], transactions=expected)
+    check_marts(pipeline, sim, later[-1].commit_lsn, tables=[ITEMS], soft_deletes={"items"}, transactions=expected)
     assert pipeline.rows("select count(*) as n from {s}.items_history")[0]["n"] == versions

@@ -110,6 +110,8 @@ def _check_soft_deletes(pipeline, sim, spec) -> None:
     deleted = {k for k, v in versions.items() if v[-1][2] == "delete"}
     assert deleted and {k for k, r in current.items() if r["is_deleted"]} == deleted
     assert all(current[k]["operation"] == "delete" for k in deleted)
+    # a deleted key keeps the values its delete carried: the deleted row's
+    assert all({c.name: current[k][c.name] for c in spec.columns} == versions[k][-1][3] for k in deleted)
     history = pipeline.table("customers_history", "customer_id, valid_from_lsn")
     got = [((r["customer_id"],), r["valid_from_lsn"], r["operation"], r["is_deleted"], r["valid_to_lsn"], r["is_current"])
            for r in history]
@@ -162,6 +164,29 @@ def test_table_options_soft_deletes_delete_versions_and_history_on_chosen_column
     pipeline.run(full_refresh=True)
     check_marts(pipeline, sim, sim.transactions[-1].commit_lsn, tracked, tables=[order_lines])
     _check_soft_deletes(pipeline, sim, customers)
+
+    # changes lost to cleanup, remedied by snapshots: the customers it lacks are deleted at its
+    # LSN and, kept (soft_deletes) and versioned (history_delete_versions), hold the values the
+    # marts held, as a deleted row's change does (not NULLs)
+    held = copy.deepcopy(sim.state["customers"])
+    lost = sim.run(6)
+    at_s = copy.deepcopy(sim.state)
+    snapshot_lsn = lost[-1].commit_lsn
+    landing_writer.write_batch(pipeline.landing, "b3", [], [], {}, mapped=lost)
+    gone = sorted(k for k in held if k in at_s["customers"])[:3]
+    for spec in (customers, order_lines):
+        rows = [v for k, v in at_s[spec.name].items() if spec is not customers or k not in gone]
+        landing_writer.write_snapshot(pipeline.landing, "s1", spec, rows, snapshot_lsn)
+    pipeline.run()
+    current = {(r["customer_id"],): r for r in pipeline.table("customers_current", "customer_id")}
+    last = {}
+    for r in pipeline.table("customers_history", "customer_id, valid_from_lsn"):
+        last[(r["customer_id"],)] = r
+    for key in gone:
+        for row in (current[key], last[key]):
+            assert row["is_deleted"] and row["operation"] == "delete", row
+            assert {c.name: row[c.name] for c in customers.columns} == held[key], row
+        assert current[key]["commit_lsn"] == last[key]["valid_from_lsn"] == lsn_hex(snapshot_lsn)
 
 
 @pytest.mark.parametrize("columns, message", [
