@@ -46,10 +46,18 @@ def is_uri(location: str | Path) -> bool:
     return isinstance(location, str) and bool(URI.match(location)) and not re.match(r"^[A-Za-z]:[\\/]", location)
 
 
+# query parameters that carry a credential in the URLs a file system's error may quote: Azure's
+# SAS signature, S3's presigned signature and session token, WebHDFS' delegation token, OAuth
+SECRET_PARAMETERS = re.compile(r"([?&](?:sig|x-amz-signature|x-amz-security-token|x-amz-credential|delegation|token|"
+                               r"access_token|code|key)=)[^&\s\"'<>]+", re.IGNORECASE)
+
+
 def display(location: str) -> str:
-    """A location as the runner may print it: a URI without a secret in its user information
-    (`user:key@`; abfss' `container@` stays)."""
-    return re.sub(r"\b([A-Za-z][A-Za-z0-9+.-]*://)[^/@\s:]*:[^/@\s]*@", r"\1", location)
+    """A location (or a message quoting one) as the runner may print it: a URI without a secret in
+    its user information (`user:key@`; abfss' `container@` stays) and no credential in its
+    query parameters (`sig=`, `X-Amz-Signature=`, `delegation=`, ...: shown as ***)."""
+    location = re.sub(r"\b([A-Za-z][A-Za-z0-9+.-]*://)[^/@\s:]*:[^/@\s]*@", r"\1", location)
+    return SECRET_PARAMETERS.sub(r"\1***", location)
 
 
 def open_folder(location: str | Path, spark=None, hadoop: bool = True) -> Folder:

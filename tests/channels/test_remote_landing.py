@@ -55,6 +55,13 @@ def test_locations_name_a_local_folder_or_a_uri(tmp_path):
     assert display("s3a://AKIAKEY:secret@bucket/landing") == "s3a://bucket/landing"
     assert display("cannot open wasbs://user:pw@c.blob/x: denied") == "cannot open wasbs://c.blob/x: denied"
     assert display("abfss://c@acct.dfs.core.windows.net/x") == "abfss://c@acct.dfs.core.windows.net/x"
+    # credentials a file system's error may quote in a URL's query: SAS, presigned S3, WebHDFS tokens
+    assert display("GET https://acct.blob.core.windows.net/c/x?sv=2024&sig=AbC%2Bsecret&se=1 failed") == \
+        "GET https://acct.blob.core.windows.net/c/x?sv=2024&sig=***&se=1 failed"
+    assert display("https://b.s3.amazonaws.com/k?X-Amz-Credential=AKIA/x&X-Amz-Signature=f00d") == \
+        "https://b.s3.amazonaws.com/k?X-Amz-Credential=***&X-Amz-Signature=***"
+    assert display("http://nn:9870/webhdfs/v1/l?op=OPEN&delegation=HAAEdG9rZW4") == \
+        "http://nn:9870/webhdfs/v1/l?op=OPEN&delegation=***"
     with pytest.raises(UsageError, match="holds a secret") as refused:
         open_folder("s3a://AKIAKEY:TopSecret@bucket/landing")
     assert "TopSecret" not in str(refused.value)
