@@ -43,7 +43,11 @@ def _parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="land new files, build the marts for one LSN window, report")
     common(run)
-    run.add_argument("--full-refresh", action="store_true", help="rebuild the marts from all landed changes")
+    run.add_argument("--full-refresh", action="store_true",
+                     help="rebuild every mart from all staged changes (staging takes in only what is new)")
+    run.add_argument("--restage", action="store_true",
+                     help="also rebuild every staging table from the raw table, e.g. after upgrading the package or to "
+                          "fill a newly declared column in rows staged before it (implies --full-refresh)")
     run.add_argument("--select", nargs="+", default=[], help="dbt selection (default: everything)")
     run.add_argument("--upper-lsn", default=None, help="cap the run's upper LSN (any LSN form)")
     run.add_argument("--strict", action="store_true",
@@ -83,7 +87,7 @@ def _batch_id() -> str:
 
 
 def run_pipeline(project_dir: Path, target, landing_dir: Path | str | Folder, *, select: list[str] = (),
-                 full_refresh: bool = False, upper_lsn: str | None = None, strict: bool = False,
+                 full_refresh: bool = False, restage: bool = False, upper_lsn: str | None = None, strict: bool = False,
                  progress=None, kafka_sources: list | None = None, accept_kafka_gap: list[str] = (),
                  nodes: list | None = None, listed: dict[str, tuple[int, int]] | None = None,
                  min_headroom: float | None = None, notes: list | None = None,
@@ -102,8 +106,10 @@ def run_pipeline(project_dir: Path, target, landing_dir: Path | str | Folder, *,
     source stopped at a retention gap). `notes` receives what the run said about files that wait and the
     cut (report.landing_lines): true until the landing folder or the warehouse change. `timings` receives
     the wall seconds of its three steps: landing (begin_run: landing and the plan's facts), build and
-    record (finish_run)."""
+    record (finish_run). full_refresh rebuilds every mart from what is staged; restage also rebuilds
+    every staging table from the raw table."""
     timings = {} if timings is None else timings
+    full_refresh = full_refresh or restage  # restaging rebuilds the marts from the restaged rows
     progress = progress or report.Progress()
     started_at = datetime.now(timezone.utc)
     batch_id = _batch_id()
@@ -133,7 +139,7 @@ def run_pipeline(project_dir: Path, target, landing_dir: Path | str | Folder, *,
                       f"continues after it (the clock said {batch_id.split('-')[0]})")
         batch_id = facts.run_id
     the_plan = plan.plan_run(facts, plan.Options(
-        upper_lsn=begun.get("upper_lsn"), full_refresh=full_refresh, select=tuple(select),
+        upper_lsn=begun.get("upper_lsn"), full_refresh=full_refresh, restage=restage, select=tuple(select),
         manifests_required=bool(begun.get("manifests_required")), stopped=tuple(stopped),
         unsettled=tuple(f["relative"] for f in files if f.get("unsettled"))))
     timings["landing"] = time.monotonic() - clock
@@ -157,7 +163,8 @@ def run_pipeline(project_dir: Path, target, landing_dir: Path | str | Folder, *,
         # document the vocabulary and feed data tests)
         loaded = [] if select else sorted(set(facts.seeds) - set(the_plan.seeds))
         exclude = ([] if full_refresh else ["tag:cdc_audit"]) + loaded
-        progress.step("dbt build" + (" --full-refresh" if full_refresh else "")
+        progress.step("dbt build" + (" --full-refresh" + (", staging rebuilt from the raw table" if restage else
+                                                            ", the marts from what is staged") if full_refresh else "")
                       + ("" if select or full_refresh else f" of {len(the_plan.build)} model(s)"))
         # dbt's own materializations (seeds, views) look relations up in its cache; the project's
         # (staging, marts) never do, so an incremental run skips listing the schema
@@ -355,6 +362,7 @@ def main(argv: list[str] | None = None, kafka_sources: list | None = None) -> in
             run_pipeline(
                 args.project_dir, target, folder,
                 select=getattr(args, "select", []), full_refresh=getattr(args, "full_refresh", False),
+                restage=getattr(args, "restage", False),
                 upper_lsn=getattr(args, "upper_lsn", None), strict=getattr(args, "strict", False), progress=progress,
                 min_headroom=getattr(args, "min_headroom", None),
                 kafka_sources=kafka_sources, accept_kafka_gap=getattr(args, "accept_kafka_gap", []), listed=listed,
@@ -377,7 +385,7 @@ def _last_run(args, target, held: RunnerLock, reads_kafka: bool) -> LastRun | No
             or is_uri(target.spark_conf.get("spark.sql.warehouse.dir", ""))):
         return None
     last_run = LastRun(held.path.with_name("last_run.json"), args.project_dir, _landing_dir(args), target)
-    if args.command == "run" and not (args.full_refresh or args.select or args.upper_lsn or reads_kafka):
+    if args.command == "run" and not (args.full_refresh or args.restage or args.select or args.upper_lsn or reads_kafka):
         return last_run
     last_run.forget()
     return None

@@ -197,7 +197,8 @@ class Seed:
 @dataclass(frozen=True)
 class Options:
     upper_lsn: str | None = None  # --upper-lsn, canonical
-    full_refresh: bool = False
+    full_refresh: bool = False  # --full-refresh: every mart rebuilt from what is staged
+    restage: bool = False  # --restage: every staging table rebuilt from the raw table too (a full refresh)
     select: tuple[str, ...] = ()  # a dbt selection given by the user (--select)
     manifests_required: bool = False  # var cdc_export_manifests: required
     stopped: tuple[str, ...] = ()  # why Kafka sources landed nothing (retention gaps)
@@ -449,28 +450,31 @@ def plan_run(facts: Facts, options: Options = Options()) -> Plan:
     upper = {ch: options.upper_lsn for ch in CHANNELS} if options.upper_lsn else dict(landed_lsn)
     if export.cut is not None and upper["change_tables"] and export.cut < upper["change_tables"]:
         upper["change_tables"] = export.cut or None
-    full = options.full_refresh
+    full = options.full_refresh or options.restage
     models: dict[str, ModelWindow] = {}
     tables: dict[str, TablePlan] = {}
     build: list[str] = []
 
     def stale(model: str, sources: list[str]) -> bool:
-        """A staging model builds when it does not exist, on a full refresh, or when one of its
-        sources landed after the last batch it took in."""
+        """A staging model builds when it does not exist, on a restage, or when one of its sources
+        landed after the last batch it took in. A full refresh alone rebuilds the marts from what
+        is staged: staging is a function of the landed rows, kept current batch by batch."""
         mark = facts.watermarks.get(model, Watermark())
         newest = max((landed[s].batch for s in sources if s in landed), default=None)
-        return full or model not in facts.relations or (newest is not None and newest > (mark.batch or ""))
+        return options.restage or model not in facts.relations or (newest is not None and newest > (mark.batch or ""))
 
     def stage(model: str, sources: list[str], table: str | None = None, declaration: str | None = None) -> bool:
         mark = facts.watermarks.get(model, Watermark())
-        rebuild = full or model not in facts.relations
-        models[model] = ModelWindow("staging", table=table, full=rebuild, from_batch="" if full else (mark.batch or ""),
-                                    through_batch=facts.run_id,
+        rebuild = options.restage or model not in facts.relations
+        took_in = stale(model, sources)
+        # a staging model with nothing new (built anyway by a full refresh) takes in no batch: its
+        # build is a no-op, or only adds a newly declared column
+        models[model] = ModelWindow("staging", table=table, full=rebuild, from_batch="" if rebuild else (mark.batch or ""),
+                                    through_batch=facts.run_id if took_in else (mark.batch or ""),
                                     evolve=not rebuild and declaration is not None and mark.declaration != declaration)
-        if stale(model, sources):
+        if took_in:
             build.append(model)
-            return True
-        return False
+        return took_in
 
     for model, sources in METADATA_MODELS.items():
         stage(model, list(sources))

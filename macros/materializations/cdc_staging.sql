@@ -1,6 +1,7 @@
 {#- The materialization of typed staging (docs/marts.md "Typed staging"): one statement per build.
     The model's SQL selects the rows of the landing batches its window takes in (cdc_window,
-    _landed_since). A full window (first build, full refresh) creates or replaces the Delta
+    _landed_since); a window with no batch to take in (a full refresh builds every model) runs
+    nothing. A full window (first build, --restage) creates or replaces the Delta
     table from them; otherwise they are appended by name (with unique_key: merged, the stored
     rows they settle updated; incremental_predicates limit the stored rows the MERGE reads), or,
     when the table's declaration changed since the last build, merged with schema evolution so
@@ -11,6 +12,9 @@
     {%- set unique_key = config.get('unique_key') -%}
     {%- set predicates = config.get('incremental_predicates') or [] -%}
     {{ run_hooks(pre_hooks) }}
+    {%- if window.empty -%}
+        {%- call noop_statement('main', 'nothing new landed') -%}{%- endcall -%}
+    {%- else -%}
     {%- call statement('main') -%}
         {%- if window.full %}
         {{ sqlserver_cdc._create_or_replace(target_relation, compiled_code) }}
@@ -31,6 +35,7 @@
         select * from ({{ compiled_code }}) as staged
         {%- endif %}
     {%- endcall -%}
+    {%- endif -%}
     {{ run_hooks(post_hooks) }}
     {% do persist_docs(target_relation, model) %}
     {{ return({'relations': [target_relation]}) }}

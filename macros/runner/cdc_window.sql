@@ -9,7 +9,8 @@
     (staging: the landing batches it takes in), lower_lsn, upper_lsn, lower_batch, upper_batch
     (a mart's changes), snapshot_lsn and reconcile (a change-table snapshot starting the window),
     evolve (the table's declaration changed since the model was built), empty (a mart with
-    nothing in its window: no statement runs). -#}
+    nothing in its window, a staging model with no batch to take in and no column to add: no
+    statement runs). -#}
 {% macro cdc_window(name=none) -%}
     {{ return(adapter.dispatch('cdc_window', 'sqlserver_cdc')(name=name)) }}
 {%- endmacro %}
@@ -28,8 +29,10 @@
     {%- endif -%}
     {%- set lsns_done = window.upper_lsn is none or window.lower_lsn >= window.upper_lsn -%}
     {%- set batches_done = window.upper_batch is none or window.lower_batch >= window.upper_batch -%}
-    {%- do window.update({'empty': window.kind == 'mart' and not window.full and window.snapshot_lsn is none
-        and lsns_done and batches_done}) -%}
+    {%- set staged_all = window.through_batch is not none and window.from_batch >= window.through_batch -%}
+    {%- do window.update({'empty': not window.full and (
+        (window.kind == 'mart' and window.snapshot_lsn is none and lsns_done and batches_done)
+        or (window.kind == 'staging' and not window.evolve and staged_all))}) -%}
     {{ return(window) }}
 {%- endmacro %}
 

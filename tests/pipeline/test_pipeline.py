@@ -287,14 +287,24 @@ def test_batches_build_marts_reading_only_their_batch_a_rerun_changes_nothing_a_
         len(t.columns) for t in TABLES)
     check_marts(pipeline, sim, sim.transactions[-1].commit_lsn)
 
-    # a full refresh rebuilds the same marts from everything landed
+    # a full refresh rebuilds the same marts from what is staged: staging, with nothing new, is
+    # not written (no Delta commit), every mart is
+    def version(model: str) -> int:
+        return pipeline.rows(f"describe history {{s}}.{model}")[0]["version"]
+
+    staging = [f"stg_change_tables__{t.name}" for t in TABLES]
+    before_refresh = {m: version(m) for m in staging + [f"{t.name}_history" for t in TABLES]}
     pipeline.run(full_refresh=True)
+    assert {m: version(m) for m in staging} == {m: before_refresh[m] for m in staging}
+    assert all(version(f"{t.name}_history") == before_refresh[f"{t.name}_history"] + 1 for t in TABLES)
     refreshed = {t.name: pipeline.table(f"{t.name}_history", ", ".join(t.key) + ", valid_from_lsn") for t in TABLES}
     assert refreshed == after
     assert pipeline.rows(seeds_sql) == seeds  # unchanged seeds are not reloaded
     check_marts(pipeline, sim, sim.transactions[-1].commit_lsn)
-    # the runbook's rebuild of one table: its staging and both marts, from its landed changes
-    pipeline.run(full_refresh=True, select=["stg_change_tables__customers+"])
+    # the runbook's rebuild of one table from its landed changes: its staging (restaged) and both marts
+    restaged = {m: version(m) for m in staging}
+    pipeline.run(restage=True, select=["stg_change_tables__customers+"])
+    assert {m: version(m) - restaged[m] for m in staging} == {m: int(m.endswith("customers")) for m in staging}
     assert pipeline.table("customers_history", "customer_id, valid_from_lsn") == refreshed["customers"]
     check_marts(pipeline, sim, sim.transactions[-1].commit_lsn)
     # the audit runs every data test on whole tables: it passes, then catches a second current

@@ -412,9 +412,26 @@ def test_a_changed_declaration_evolves_the_marts_and_a_selection_moves_only_what
 def test_a_full_refresh_records_exactly_its_bound():
     f = facts(watermarks=settled(*ALL, upper=30))
     p = plan_run(f, Options(full_refresh=True, upper_lsn=lsn(20)))
-    assert p.checks == "all" and all(p.models[m].full for m in ("customers_current", "stg_ces__events"))
+    assert p.checks == "all" and p.models["customers_current"].full
     out = advance(p, f, [NodeResult(m, "model", "success") for m in p.models])
     assert out.watermarks["customers_current"].lsn == lsn(20)
+
+
+def test_a_full_refresh_rebuilds_the_marts_from_what_is_staged_and_a_restage_rebuilds_staging_too():
+    """--full-refresh: every mart from scratch, staging takes in only what landed since (a staging
+    model with nothing new takes in no batch: its build is a no-op); --restage: staging too."""
+    f = facts("b3", arrived=arrived(change_tables__dbo_customers=(11, 12)), watermarks=settled(*ALL, upper=10))
+    p = plan_run(f, Options(full_refresh=True))
+    assert all(p.models[m].full for m in ("customers_current", "customers_history", "orders_current"))
+    customers, orders = p.models["stg_change_tables__customers"], p.models["stg_change_tables__orders"]
+    assert not customers.full and (customers.from_batch, customers.through_batch) == ("b1", "b3")
+    assert not orders.full and orders.from_batch == orders.through_batch == "b1"  # nothing new: nothing taken in
+    assert "stg_change_tables__customers" in p.build and "stg_change_tables__orders" not in p.build
+    restaged = plan_run(f, Options(restage=True))
+    assert restaged.full_refresh and restaged.checks == "all"
+    assert all(restaged.models[m].full and restaged.models[m].from_batch == "" and restaged.models[m].through_batch == "b3"
+               for m in ("stg_change_tables__customers", "stg_change_tables__orders", "stg_ces__events"))
+    assert all(restaged.models[m].full for m in ("customers_current", "orders_history"))
 
 
 @pytest.mark.parametrize("key,expected", [("cdc_metadata/captured_columns", "stg_cdc_metadata__captured_columns"),
