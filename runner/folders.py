@@ -197,7 +197,7 @@ class HadoopFolder:
 # Hadoop's scheme -> fsspec's protocol and the package that implements it (`hdfs:` is absent:
 # fsspec reads it through libhdfs, which pyspark does not ship; WebHDFS names the same HDFS)
 FSSPEC = {"s3a": ("s3", "s3fs"), "s3": ("s3", "s3fs"), "abfss": ("abfs", "adlfs"), "abfs": ("abfs", "adlfs"),
-          "gs": ("gs", "gcsfs"), "webhdfs": ("webhdfs", "fsspec"), "swebhdfs": ("webhdfs", "fsspec")}
+          "gs": ("gs", "gcsfs"), "webhdfs": ("webhdfs", "fsspec")}
 # where each file system's listing keeps a file's modification time
 MODIFIED = ("modificationTime", "LastModified", "last_modified", "updated", "mtime", "modified")
 
