@@ -49,8 +49,12 @@ final as (
         operation_code = 1 as is_deleted
     from ranked
     where _rank = 1
-    {%- if window.full and not t.soft_deletes %}
+    {%- if window.full %}
+        -- built from scratch: a removal marker has nothing to remove
+        and operation_code is not null
+        {%- if not t.soft_deletes %}
         and operation_code != 1
+        {%- endif %}
     {%- endif %}
 )
 
