@@ -9,7 +9,9 @@
     row) or inserts it, so re-running a window changes nothing.
     Channels whose events arrive late (CES, Debezium) take each touched key's rebuilt transactions
     instead, so a late event lands in LSN order; a key's removal marker returns a removal row
-    (operation NULL) that deletes its stored row. -#}
+    (operation NULL) that deletes its stored row. Built from scratch in the same dbt invocation as
+    the history mart (see _current_from_history), it is the history's last version of each key,
+    so the window's transactions are netted once. -#}
 {% macro current_state(table_name) -%}
     {{ return(adapter.dispatch('current_state', 'sqlserver_cdc')(table_name)) }}
 {%- endmacro %}
@@ -23,6 +25,21 @@
 {%- set window = sqlserver_cdc._mart_window(t) -%}
 {%- if window.empty %}
 select {{ out_columns | join(', ') }} from {{ this }} where false
+{%- elif sqlserver_cdc._current_from_history(t, window) %}
+-- built from scratch right after the history mart, from the same window: each key's last version
+select
+    {%- for c in t.key + non_key %}
+    {{ c }},
+    {%- endfor %}
+    valid_from_lsn as commit_lsn,
+    valid_from as commit_time,
+    operation,
+    is_deleted
+from {{ ref(t.name ~ '_history') }}
+where valid_to_lsn is null
+    {%- if not t.soft_deletes %}
+    and not is_deleted
+    {%- endif %}
 {%- else %}
 with
 
@@ -64,4 +81,23 @@ select * from final
 
 {% macro default__current_state(table_name) -%}
     {{ exceptions.raise_compiler_error(sqlserver_cdc._not_supported('current_state')) }}
+{%- endmacro %}
+
+{#- True when a current-state build from scratch can take each key's last history version instead of
+    netting its window again: the history mart was built from scratch in this dbt invocation (it is
+    selected and its window is full, with the same bounds) and keeps what the current state needs
+    (every version's own LSN and operation: no history_columns; the deleted version when the table
+    keeps deleted rows: soft_deletes needs history_delete_versions). -#}
+{% macro _current_from_history(t, window) -%}
+    {%- if not window.full or t.history_columns is not none or (t.soft_deletes and not t.history_delete_versions) -%}
+        {{ return(false) }}
+    {%- endif -%}
+    {%- if not execute -%}
+        {{ return(true) }}
+    {%- endif -%}
+    {%- set name = t.name ~ '_history' -%}
+    {%- set node = graph.nodes.values() | selectattr('resource_type', 'equalto', 'model') | selectattr('name', 'equalto', name) | first -%}
+    {%- set ours, theirs = sqlserver_cdc.cdc_window(), sqlserver_cdc.cdc_window(name) -%}
+    {{ return(node is defined and node.unique_id in selected_resources and theirs.full
+        and theirs.upper_lsn == ours.upper_lsn and theirs.upper_batch == ours.upper_batch) }}
 {%- endmacro %}

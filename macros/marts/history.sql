@@ -86,6 +86,8 @@ recompute as (
 ),
 
 deduplicated as (
+    {%- if window.scoped and not recompute %}
+    -- a stored version the window rebuilds comes once, as rebuilt
     select *
     from (
         select
@@ -96,6 +98,10 @@ deduplicated as (
         from recompute
     )
     where _rank = 1
+    {%- else %}
+    -- one transaction per key and commit LSN: nothing to deduplicate
+    select * from recompute
+    {%- endif %}
 ),
 
 {%- if t.history_columns is not none %}
