@@ -116,7 +116,7 @@ def up(broker: Broker, timeout: float = 120, quiet: bool = True) -> None:
     java = ["java", "-Xms256m", "-Xmx768m", f"-Dlog4j2.configurationFile={broker.home / 'log4j2.properties'}",
             "-cp", classpath]
     if not (broker.home / "data" / "meta.properties").exists():
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        cluster_id = _cluster_id()
         done = subprocess.run(java + ["kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(config)],
                               capture_output=True, text=True, check=False)
         if done.returncode != 0:
@@ -134,6 +134,15 @@ def up(broker: Broker, timeout: float = 120, quiet: bool = True) -> None:
             down(broker)
             raise InfrastructureError(f"the Kafka broker did not listen on {broker.bootstrap} within {timeout:.0f} s")
         time.sleep(0.5)
+
+
+def _cluster_id() -> str:
+    """A random cluster id as Kafka makes one (a UUID, URL-safe base64 without padding), never one
+    that starts with '-': the storage tool's argument parser would read it as an option (one id in
+    64 did, failing the format with "argument --cluster-id/-t: expected one argument")."""
+    while (cluster_id := base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()).startswith("-"):
+        pass
+    return cluster_id
 
 
 def down(broker: Broker, grace: float = 30) -> None:

@@ -283,3 +283,13 @@ def test_each_partition_starts_where_its_stored_offset_says():
     # a stored partition Kafka no longer has is reported, not read
     gone = _plan(stored={t0: 3, t1: 1}, log_start={t0: 0}, end={t0: 3})
     assert gone.notes == ["partition t/1 (stored offset 1) no longer exists in Kafka"]
+
+
+def test_the_test_broker_never_gets_a_cluster_id_its_storage_tool_reads_as_an_option(monkeypatch):
+    """A UUID whose URL-safe base64 starts with '-' (one in 64) made `kafka-storage format -t -...`
+    fail; such an id is drawn again."""
+    from cdc_tooling import kafka_broker
+
+    drawn = iter([uuid.UUID(bytes=b"\xf8" + bytes(15)), uuid.UUID(bytes=bytes(16))])
+    monkeypatch.setattr(kafka_broker.uuid, "uuid4", lambda: next(drawn))
+    assert kafka_broker._cluster_id() == "AAAAAAAAAAAAAAAAAAAAAA"
