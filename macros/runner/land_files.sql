@@ -4,8 +4,9 @@
     `files`: the runner's discovery, each {kind, entity, path (absolute), relative (to the
     landing folder, recorded as _source_file), format (csv, parquet or json), size (bytes),
     modified_ms (modification time, epoch milliseconds)}. A file is identified by its relative
-    path, size and modification time: one already landed is skipped; one whose path was landed
-    with another size or time is refused alone (exports are immutable; the remedy is in its reason).
+    path, size and modification time, read from the files' records (_landed_files_query): one
+    already landed is skipped; one whose path was landed with another size or time is refused
+    alone (exports are immutable; the remedy is in its reason).
     Each file is read through its own temporary view (so every record carries its file as a
     literal, without input_file_name(), and each CSV file is read with its own header):
     csv as text with the header and dialect the runner read (RFC 4180 unless its folder declares
@@ -14,8 +15,8 @@
     (binary as 0x + uppercase hex); a JSON line is parsed to map<string,string> (nested values
     keep their JSON text; a line that is not a JSON object lands with a NULL map) and keeps its
     text in raw_text. The whole batch lands in one INSERT, one Delta commit (one per 200 files
-    on huge batches, to keep Spark's plan small), so a file is landed whole or not at all; the
-    temporary views are dropped afterwards. -#}
+    on huge batches, to keep Spark's plan small) with the records of its files, so a file is landed
+    whole or not at all; the temporary views are dropped afterwards. -#}
 {% macro land_files(files, batch_id, raw_schema=none) -%}
     {{ return(adapter.dispatch('land_files', 'sqlserver_cdc')(files, batch_id, raw_schema)) }}
 {%- endmacro %}
@@ -28,9 +29,13 @@
     {%- endif -%}
     {% do run_query('create schema if not exists ' ~ schema) %}
     {% do run_query(sqlserver_cdc._raw_table_ddl(raw)) %}
+    {%- set rows = run_query(sqlserver_cdc._landed_files_query(raw, recorded=true)).rows -%}
+    {%- set recorded = rows | length > 0 -%}
+    {%- if not recorded -%}
+        {%- set rows = run_query(sqlserver_cdc._landed_files_query(raw, recorded=false)).rows -%}
+    {%- endif -%}
     {%- set seen = {} -%}
-    {%- for row in run_query('select _source_file, max(_source_size), max(_source_modified_ms) from ' ~ raw
-        ~ ' group by _source_file') -%}
+    {%- for row in rows if row[0] is not none -%}
         {%- do seen.update({row[0]: [row[1], row[2]]}) -%}
     {%- endfor -%}
     {%- set new = [] -%}
@@ -83,8 +88,17 @@
             {%- do selects.append(sqlserver_cdc._landed_rows_select(views[file.relative], file, batch_id, described.get(file.relative))) -%}
         {%- endif -%}
     {%- endfor -%}
-    {%- for chunk in selects | batch(200) -%}
-        {%- do run_query('insert into ' ~ raw ~ '\n' ~ chunk | join('\nunion all\n')) -%}
+    {#- each chunk carries the records of its own files, so a file and its record land in one commit -#}
+    {%- set landing = [] -%}
+    {%- for file in new if file.relative not in refused -%}{%- do landing.append(file) -%}{%- endfor -%}
+    {%- set chunks = (selects | batch(200) | list) or ([] if recorded else [[]]) -%}
+    {%- for chunk in chunks -%}
+        {%- set records = [sqlserver_cdc._landed_file_records(landing[loop.index0 * 200:(loop.index0 + 1) * 200], batch_id,
+            first=not recorded and loop.first)] -%}
+        {%- if not recorded and loop.first -%}
+            {%- do records.append(sqlserver_cdc._landed_file_backfill(raw, batch_id)) -%}
+        {%- endif -%}
+        {%- do run_query('insert into ' ~ raw ~ '\n' ~ (chunk + records) | join('\nunion all\n')) -%}
     {%- endfor -%}
     {%- for view in views.values() -%}
         {%- do run_query('drop view if exists ' ~ view) -%}
@@ -177,6 +191,69 @@
             {%- endfor -%}
         {%- endif -%}
     {%- endfor -%}
+{%- endmacro %}
+
+{#- Each landed file's record (landing kind `landed_files`, entity `all`, one small partition):
+    `_source_file`, `_source_size` and `_source_modified_ms` as its rows carry them, `_batch_id`
+    the batch it landed in; row_values its landing kind and entity. A file's record lands in the
+    same commit as its rows, so the landed-files check reads only records, not every landed row.
+    The first records of a raw table come with a marker (`_source_file` NULL) and the records of
+    the files landed before records were kept (an earlier release), read once from their rows. -#}
+{% macro _landed_files_query(raw, recorded) -%}
+    select _source_file, max(_source_size), max(_source_modified_ms)
+    from {{ raw }}
+    {%- if recorded %}
+    where landing_kind = 'landed_files'
+    {%- else %}
+    where {{ sqlserver_cdc._landed_from_files() }}
+    {%- endif %}
+    group by _source_file
+{%- endmacro %}
+
+{#- The rows landed from files (not from Kafka: runner/kafka.py, nor records). -#}
+{% macro _landed_from_files() -%}
+    landing_kind not in ('landed_files', 'kafka_offsets') and _source_file is not null and not startswith(_source_file, 'kafka:')
+{%- endmacro %}
+
+{% macro _landed_file_records(files, batch_id, first=false) -%}
+    {%- set records = [] -%}
+    {%- for file in files -%}
+        {%- do records.append('named_struct(' ~ "'row_values', map('landing_kind', " ~ sqlserver_cdc._sql_string(file.kind)
+            ~ ", 'entity', " ~ sqlserver_cdc._sql_string(file.entity) ~ "), '_source_file', " ~ sqlserver_cdc._sql_string(file.relative)
+            ~ ", '_source_size', cast(" ~ file.size | int ~ " as bigint), '_source_modified_ms', cast(" ~ file.modified_ms | int ~ " as bigint))") -%}
+    {%- endfor -%}
+    {%- if first -%}
+        {%- do records.append("named_struct('row_values', map('marker', 'records kept from here on'), '_source_file', cast(null as string),"
+            ~ " '_source_size', cast(null as bigint), '_source_modified_ms', cast(null as bigint))") -%}
+    {%- endif -%}
+    select
+        cast(record.row_values as map<string, string>) as row_values,
+        cast(null as string) as raw_text,
+        record._source_file,
+        record._source_size,
+        record._source_modified_ms,
+        {{ sqlserver_cdc._sql_string(batch_id) }} as _batch_id,
+        current_timestamp() as _ingested_at,
+        'landed_files' as landing_kind,
+        'all' as entity
+    from (select explode(array({{ records | join(',\n        ') }})) as record) as records
+{%- endmacro %}
+
+{#- The records of the files a raw table landed before it kept records (see _landed_files_query). -#}
+{% macro _landed_file_backfill(raw, batch_id) -%}
+    select
+        cast(map('landing_kind', max(landing_kind), 'entity', max(entity)) as map<string, string>) as row_values,
+        cast(null as string) as raw_text,
+        _source_file,
+        max(_source_size) as _source_size,
+        max(_source_modified_ms) as _source_modified_ms,
+        {{ sqlserver_cdc._sql_string(batch_id) }} as _batch_id,
+        current_timestamp() as _ingested_at,
+        'landed_files' as landing_kind,
+        'all' as entity
+    from {{ raw }}
+    where {{ sqlserver_cdc._landed_from_files() }}
+    group by _source_file
 {%- endmacro %}
 
 {#- The raw row of a manifest (landing kind `manifest` with entity its capture instance, or
@@ -348,7 +425,7 @@
 {% macro spark__landed_batch_counts(batch_id, raw_schema=none) -%}
     select landing_kind, entity, count(*) as records
     from {{ raw_schema or var('cdc_raw_schema', target.schema ~ '_raw') }}.landed_rows
-    where _batch_id = {{ sqlserver_cdc._sql_string(batch_id) }} and landing_kind != 'kafka_offsets'
+    where _batch_id = {{ sqlserver_cdc._sql_string(batch_id) }} and landing_kind not in ('kafka_offsets', 'landed_files')
     group by landing_kind, entity
 {%- endmacro %}
 

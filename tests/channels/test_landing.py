@@ -19,7 +19,12 @@ from tests.conftest import PROJECT_DIR
 def _landed(pipeline, batch: str) -> list[dict]:
     return pipeline.rows(
         "select landing_kind, entity, _source_file, row_values, raw_text from {s}_raw.landed_rows"
-        f" where _batch_id = '{batch}' order by _source_file, raw_text, to_json(row_values)")
+        f" where _batch_id = '{batch}' and landing_kind != 'landed_files' order by _source_file, raw_text, to_json(row_values)")
+
+
+def _records(pipeline) -> list[dict]:
+    return pipeline.rows("select _source_file, _batch_id, row_values from {s}_raw.landed_rows"
+                         " where landing_kind = 'landed_files' order by _source_file")
 
 
 def test_records_land_as_text_once_per_file(pipeline):
@@ -55,10 +60,22 @@ def test_records_land_as_text_once_per_file(pipeline):
         {"landing_kind": "change_tables", "entity": "dbo_things", "_source_file": "change_tables/dbo_things/we[ir]d {it's}.csv",
          "row_values": {"id": "4", "note": None}, "raw_text": None},
     ]
+    # each file has its record, in the same commit as its rows (the first records with a marker)
+    files = ["ces/lines.jsonl", parquet, "change_tables/dbo_things/we[ir]d {it's}.csv"]
+    assert _records(pipeline) == [{"_source_file": None, "_batch_id": "b1", "row_values": {"marker": "records kept from here on"}}] + [
+        {"_source_file": f, "_batch_id": "b1", "row_values": {"landing_kind": f.split("/")[0], "entity": f.split("/")[1]
+                                                              if f.startswith("change") else "default"}} for f in files]
     # landed files are never landed again; the batch was one commit of the raw table
     assert landing.land(dbt, pipeline.landing, pipeline.target.raw_schema, "b2")["counts"] == {}
     appends = [r for r in pipeline.rows("describe history {s}_raw.landed_rows") if r["operation"] == "WRITE"]
     assert len(appends) == 1
+    # a raw table landed before files had records (an earlier release) gets them from its rows
+    # once, with the next batch; nothing lands again
+    pipeline.rows("delete from {s}_raw.landed_rows where landing_kind = 'landed_files'")
+    assert landing.land(dbt, pipeline.landing, pipeline.target.raw_schema, "b2u")["counts"] == {}
+    assert [(r["_source_file"], r["_batch_id"]) for r in _records(pipeline)] == [(None, "b2u")] + [(f, "b2u") for f in sorted(files)]
+    assert landing.land(dbt, pipeline.landing, pipeline.target.raw_schema, "b2v")["counts"] == {}
+    assert len(_records(pipeline)) == 4
     identity = pipeline.rows("select distinct _source_file, _source_size, _source_modified_ms from {s}_raw.landed_rows"
                              " where _source_file like '%.csv'")
     csv = folder / "we[ir]d {it's}.csv"

@@ -28,12 +28,19 @@ def _check(wh: Warehouse, sim, upper, landed_records: int) -> None:
     for spec in TABLES:
         for mart in ("current", "history"):
             assert wh.mart_state(spec, mart) == expected_state(spec, sim, upper, mart), f"{spec.name}_{mart}"
-    raw = wh.rows("landed_rows")
+    raw = [r for r in wh.rows("landed_rows") if r["landing_kind"] != "landed_files"]
     assert len(raw) == landed_records, "landed records lost or duplicated"
     files = {}
     for r in raw:
         files.setdefault(r["_source_file"], set()).add(r["_batch_id"])
     assert all(len(batches) == 1 for batches in files.values()), "a file landed in two batches"
+    # each landed file has one record, from the batch its rows landed in (one commit)
+    records = {}
+    for r in wh.rows("landed_rows"):
+        if r["landing_kind"] == "landed_files" and r["_source_file"] is not None:
+            records.setdefault(r["_source_file"], []).append(r["_batch_id"])
+    assert {f: sorted(batches) for f, batches in files.items()} == {f: records.get(f) for f in files}
+    assert all(len(batches) == 1 for batches in records.values()), "a file recorded twice"
 
 
 def _records(sim, transactions) -> int:

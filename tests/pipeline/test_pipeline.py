@@ -282,7 +282,7 @@ def test_batches_build_marts_reading_only_their_batch_a_rerun_changes_nothing_a_
     assert all(r["rows_landed"] == 0 and r["changes_applied"] == 0 for r in summary)
     after = {t.name: pipeline.table(f"{t.name}_history", ", ".join(t.key) + ", valid_from_lsn") for t in TABLES}
     assert before == after
-    assert pipeline.rows("select count(*) as n from {s}_raw.landed_rows")[0]["n"] == sum(
+    assert pipeline.rows("select count(*) as n from {s}_raw.landed_rows where landing_kind != 'landed_files'")[0]["n"] == sum(
         len(r) for tx in sim.transactions for r in tx.changes.values()) + len(sim.transactions) + 2 + sum(
         len(t.columns) for t in TABLES)
     check_marts(pipeline, sim, sim.transactions[-1].commit_lsn)
