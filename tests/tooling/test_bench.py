@@ -12,6 +12,8 @@ import pytest
 from cdc_simulator import ces_writer, debezium_writer
 from cdc_tooling.bench import (
     BenchConfig,
+    Phase,
+    _report,
     declarations,
     event_folder,
     reference_marts,
@@ -194,3 +196,15 @@ def test_event_workload_carries_the_change_tables_changes(spark, tmp_path):
 def test_bench_sizes_are_checked(options, message):
     with pytest.raises(UsageError, match=message):
         BenchConfig(**options).validate()
+
+
+def test_report_compares_the_bulk_phases_with_each_issues_targets():
+    """The initial load is held to issue 15's ratios and to issue 31's looser bounds (2x the
+    reference, 8x the copy floor); each target is reported with whether it is met."""
+    phases = [Phase("copy floor", 10.0, 1), Phase("initial load", 70.0, 1), Phase("reference", 40.0, 1),
+              Phase("full refresh", 64.0, 1), Phase("debezium initial load", 77.0, 1)]
+    targets = _report(BenchConfig(), phases, 0, 1, 1, 1, {})["targets"]
+    assert {name: (t["value"], t["met"]) for name, t in targets.items()} == {
+        "initial_over_copy": (7.0, False), "initial_over_copy_goal": (7.0, False), "bulk_initial_over_copy": (7.0, True),
+        "initial_over_reference": (1.75, False), "bulk_initial_over_reference": (1.75, True),
+        "full_refresh_over_reference": (1.6, False), "debezium_initial_over_change_tables": (1.1, True)}
