@@ -229,7 +229,8 @@ class ExportCut:
 class ModelWindow:
     """What a model of this run reads (the macro cdc_window returns it). Staging: the landing
     batches after from_batch up to through_batch (lower_lsn and upper_lsn: the LSN range of what
-    arrived for the table, which its batch checks read). A mart: the changes above lower_lsn up to
+    arrived for the table, which its batch checks read; for the Debezium events model, that of its
+    complete events, its replay check's floor: _replay_floor). A mart: the changes above lower_lsn up to
     upper_lsn (event channels: those of the landing batches after lower_batch up to upper_batch,
     whatever their LSN, and every earlier event of the keys they touch); snapshot_lsn: a
     change-table snapshot that starts the window (reconcile: against the marts as stored, else
@@ -439,6 +440,17 @@ def _table_exported(t: Table, exported: dict[str, str | None]) -> tuple[str | No
     return None, t.instances[-1][0]
 
 
+def _replay_floor(window: ModelWindow, arrived: Landed | None, since: str) -> None:
+    """The Debezium events model looks a replay up among the events it staged before at or above
+    the smallest commit LSN of the complete events it takes in (its floor). begin_run decoded the
+    lines landed after the previous run to read them, and their smallest commit LSN is that floor
+    when the model takes in no earlier batch: the window carries it (lower_lsn, upper_lsn) and
+    the model does not decode its lines a second time to find it. Otherwise (its last batch is
+    older than the previous run's, no complete event arrived, a full build) the model queries it."""
+    if not window.full and window.from_batch >= since and arrived is not None and arrived.min_lsn:
+        window.lower_lsn, window.upper_lsn = arrived.min_lsn, arrived.lsn
+
+
 def plan_run(facts: Facts, options: Options = Options()) -> Plan:
     previous = facts.previous
     since = previous.run_id if previous else ""
@@ -480,8 +492,8 @@ def plan_run(facts: Facts, options: Options = Options()) -> Plan:
         stage(model, list(sources))
     channels = {t.channel for t in facts.tables}
     for channel, model in EVENT_MODELS.items():
-        if channel in channels:
-            stage(model, [channel])
+        if channel in channels and stage(model, [channel]) and channel == "debezium":
+            _replay_floor(models[model], facts.arrived.get(channel), since)
     for t in sorted(facts.tables, key=lambda t: t.name):
         plan = tables[t.name] = TablePlan(t.name, t.channel)
         plan.stage = stage(t.staging, t.sources, t.name, t.digest)

@@ -115,7 +115,8 @@
     manifests, snapshots}. arrived: per source, {lsn, batch, records}: change_tables/<instance>
     (the largest __$start_lsn), snapshots/<table>, cdc_metadata/<entity> (lsn_time_mapping: the
     largest start_lsn), ces (the largest logicalid LSN) and debezium (the largest commit LSN of a
-    complete event), and per event table, ces:<table> / debezium:<table>, the events routed to it.
+    complete event; min_lsn the smallest, the replay check's floor: runner/plan.py), and per event
+    table, ces:<table> / debezium:<table>, the events routed to it.
     A CES line whose table cannot be read before its message is reassembled (a segment of a split
     message) sets ces_unrouted to its batch; a Debezium snapshot's end marker (last) sets
     debezium_snapshot_end. -#}
@@ -162,11 +163,12 @@
     {%- for channel in ['ces', 'debezium'] -%}
         {%- set routed = tables | selectattr('channel', 'equalto', channel) | list -%}
         {%- if routed -%}
-            {%- set total = {'lsn': none, 'batch': none, 'records': 0} -%}
+            {%- set total = {'lsn': none, 'min_lsn': none, 'batch': none, 'records': 0} -%}
             {%- for row in run_query(sqlserver_cdc._event_arrivals(channel, raw, since_sql, routed)) -%}
                 {#- row: route, complete (a trusted event), snapshot end marker, lsn, batch, records, min lsn -#}
                 {%- set lsn = row[3] if row[1] else none -%}
                 {%- do total.update({'lsn': [total.lsn or '', lsn or ''] | max or none, 'batch': [total.batch or '', row[4]] | max,
+                    'min_lsn': ([total.min_lsn, row[6]] | reject('none') | min) if row[1] and (total.min_lsn or row[6]) else total.min_lsn,
                     'records': total.records + row[5] | int}) -%}
                 {%- if row[0] == '?' -%}
                     {%- do flags.update({'ces_unrouted': [flags.ces_unrouted or '', row[4]] | max}) -%}

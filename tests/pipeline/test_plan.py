@@ -442,6 +442,26 @@ def test_shared_staging_builds_when_its_sources_land(key, expected):
     assert expected in p.build
 
 
+def test_the_debezium_replay_floor_comes_from_the_facts_only_when_they_cover_what_the_model_takes_in():
+    """The events model looks replays up among its staged events at or above the smallest commit
+    LSN of the complete events it takes in: begin_run read it from the lines landed after the
+    previous run, so the plan hands it over when the model takes in no earlier batch, and
+    otherwise leaves it to the model (lower_lsn '')."""
+    landed = arrived(debezium=(3, 7), debezium_at_products=(3, 7))
+    window = plan_run(facts("b2", arrived=landed)).models["stg_debezium__events"]
+    assert (window.from_batch, window.through_batch, window.lower_lsn, window.upper_lsn) == ("b1", "b2", lsn(3), lsn(7))
+    # the model last took in a batch before the previous run's (that run failed before it): the
+    # facts do not cover the batches between, so the model queries its floor
+    marks = {**settled(*ALL), "stg_debezium__events": Watermark(batch="b0")}
+    lagging = plan_run(facts("b2", arrived=landed, watermarks=marks)).models["stg_debezium__events"]
+    assert lagging.from_batch == "b0" and lagging.lower_lsn == "" and "stg_debezium__events" in plan_run(
+        facts("b2", arrived=landed, watermarks=marks)).build
+    # no complete event arrived (only tombstones or quarantined lines), or a rebuild from scratch
+    assert plan_run(facts("b2", arrived={"debezium": Landed(None, "b2")})).models["stg_debezium__events"].lower_lsn == ""
+    assert plan_run(facts("b2", arrived=landed), Options(restage=True)).models["stg_debezium__events"].lower_lsn == ""
+    assert plan_run(facts("b2", arrived={**landed, **arrived(ces=(3, 7))})).models["stg_ces__events"].lower_lsn == ""
+
+
 def test_cleanup_retention_comes_from_the_newest_cdc_jobs_export_and_is_carried_forward():
     """docs/operations.md "Retention headroom": three days until a cdc_jobs export lands; its
     value then holds for the runs after (the ledger keeps it); a value that is not a whole number
