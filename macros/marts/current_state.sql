@@ -87,8 +87,9 @@ select * from final
     netting its window again: the history mart was built from scratch in this dbt invocation (it is
     selected and its window is full, with the same bounds) and keeps what the current state needs
     (every version's own LSN and operation: no history_columns; the deleted version when the table
-    keeps deleted rows: soft_deletes needs history_delete_versions). -#}
-{% macro _current_from_history(t, window) -%}
+    keeps deleted rows: soft_deletes needs history_delete_versions). window: the current state's;
+    current: its model name when another node asks (the table's checks). -#}
+{% macro _current_from_history(t, window, current=none) -%}
     {%- if not window.full or t.history_columns is not none or (t.soft_deletes and not t.history_delete_versions) -%}
         {{ return(false) }}
     {%- endif -%}
@@ -97,7 +98,7 @@ select * from final
     {%- endif -%}
     {%- set name = t.name ~ '_history' -%}
     {%- set node = graph.nodes.values() | selectattr('resource_type', 'equalto', 'model') | selectattr('name', 'equalto', name) | first -%}
-    {%- set ours, theirs = sqlserver_cdc.cdc_window(), sqlserver_cdc.cdc_window(name) -%}
+    {%- set ours, theirs = sqlserver_cdc.cdc_window(current), sqlserver_cdc.cdc_window(name) -%}
     {{ return(node is defined and node.unique_id in selected_resources and theirs.full
         and theirs.upper_lsn == ours.upper_lsn and theirs.upper_batch == ours.upper_batch) }}
 {%- endmacro %}
