@@ -13,13 +13,22 @@ import yaml
 from tests.conftest import PROJECT_DIR, compile_sql
 
 
-def test_docs_generate_and_documentation_coverage(spark):
+@pytest.fixture(scope="module")
+def documented(spark, tmp_path_factory) -> dict:
+    """`dbt docs generate` on an empty warehouse, into a target folder of its own: the manifest it
+    writes (each test here reads it, in whatever order they run)."""
     from dbt.cli.main import dbtRunner
 
+    target = tmp_path_factory.mktemp("docs_target")
     result = dbtRunner().invoke(["--quiet", "docs", "generate", "--project-dir", str(PROJECT_DIR),
-                                 "--profiles-dir", str(PROJECT_DIR), "--target", "local"])
+                                 "--profiles-dir", str(PROJECT_DIR), "--target", "local", "--target-path", str(target)])
     assert result.success, result.exception
-    manifest = json.loads((PROJECT_DIR / "target/manifest.json").read_text())
+    assert (target / "catalog.json").exists() and (target / "index.html").exists()
+    return json.loads((target / "manifest.json").read_text())
+
+
+def test_docs_generate_and_documentation_coverage(documented):
+    manifest = documented
     undocumented = []
     for node in manifest["nodes"].values():
         if node["package_name"] != "sqlserver_cdc" or node["resource_type"] not in ("model", "seed"):
@@ -40,11 +49,11 @@ def test_docs_generate_and_documentation_coverage(spark):
     assert undocumented == []
 
 
-def test_every_model_has_a_key_test():
+def test_every_model_has_a_key_test(documented):
     """Every model has a key test: a tracked table's staging and marts through its
     tracked_table_checks test (on the current-state mart, reading all three), the rest through
     primary_key."""
-    manifest = json.loads((PROJECT_DIR / "target/manifest.json").read_text())
+    manifest = documented
     tested = set()
     for node in manifest["nodes"].values():
         if node["resource_type"] != "test":
@@ -61,13 +70,13 @@ def test_every_model_has_a_key_test():
     assert sorted(models - tested) == ["model.sqlserver_cdc.cdc_quarantine"]  # a list of problems, no key
 
 
-def test_every_data_test_is_scoped_to_the_run_or_an_audit():
+def test_every_data_test_is_scoped_to_the_run_or_an_audit(documented):
     """docs/operations.md "Checks: batch and audit": a data test on a model reads what the run changed (a
     scope token in its `where`, or the tracked tables' checks, scoped by the run's plan) or
     carries the tag cdc_audit, which incremental runs leave out; otherwise every run would scan a
     whole table. The one exception reads the captured-columns metadata, whose size is that of
     the declarations."""
-    manifest = json.loads((PROJECT_DIR / "target/manifest.json").read_text())
+    manifest = documented
     unscoped = []
     for node in manifest["nodes"].values():
         if node["resource_type"] != "test" or not any(d.startswith("model.") for d in node["depends_on"]["nodes"]):
