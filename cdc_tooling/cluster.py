@@ -1,13 +1,14 @@
-"""A local Spark standalone cluster to run the project's `cluster` target against:
+"""A local Spark standalone cluster to run the project's `cluster` and `connect` targets against:
 `python -m cdc_tooling.cluster up|down|status` (make cluster-up / cluster-down).
 
-From the pip-installed pyspark: one master, two workers (1 core, 1 GiB each) and a server: the
-Spark Thrift server (for the `cluster` target) or the Spark Connect server (`up connect`, for the
-`connect` target), a Spark application on that master whose driver, 2 GiB, opens the Hive
-metastore on Derby; or none (`up none`: the runner itself is the application). Every port and web UI is bound to 127.0.0.1 (Spark binds its UIs to all interfaces
-unless SPARK_LOCAL_IP says otherwise). Metastore, warehouse, worker folders, logs and pid files
-live in one git-ignored folder (SQLSERVER_CDC_CLUSTER_DIR, default `<project>/.cluster`).
-Ports come from environment variables (see PORTS); `up` waits until the server's port answers.
+From the pip-installed pyspark: one master, two workers (1 core, 1 GiB each) and a server: one
+Spark application on that master, the Spark Thrift server, which also serves Spark Connect (its
+plugin), so both targets reach the same warm driver, whose 2 GiB open the Hive metastore on
+Derby; or none (`up none`: the runner itself is the application). Every port and web UI is bound
+to 127.0.0.1 (Spark binds its UIs to all interfaces unless SPARK_LOCAL_IP says otherwise).
+Metastore, warehouse, worker folders, logs and pid files live in one git-ignored folder
+(SQLSERVER_CDC_CLUSTER_DIR, default `<project>/.cluster`). Ports come from environment variables
+(see PORTS); `up` waits until the server's ports answer.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,6 +53,8 @@ SQL_CONF = {
     "spark.sql.ansi.enabled": "false",
     "spark.sql.shuffle.partitions": "4",
     "spark.sql.constraintPropagation.enabled": "false",
+    # as in profiles.yml: keep the compiled classes of the statements the server runs again
+    "spark.sql.codegen.cache.maxEntries": "5000",
 }
 # as in profiles.yml: the JVM interprets methods over 8,000 bytes of bytecode unless told to compile
 # them, and Spark's generated code for the staging and mart plans is such a method
@@ -64,17 +68,16 @@ appender.console.target = SYSTEM_ERR
 appender.console.layout.type = PatternLayout
 appender.console.layout.pattern = %d{yyyy-MM-dd HH:mm:ss} %p %c{1}: %m%n
 """
-THRIFT_DRIVER_MEMORY = "2g"
+SERVER_DRIVER_MEMORY = "2g"
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
 THRIFT_CLASS = "org.apache.spark.sql.hive.thriftserver.HiveThriftServer2"
-CONNECT_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
-# start order; stopped in reverse. One server at a time: each holds every core of the workers.
+# Spark Connect's service as a plugin of the Thrift server's application (pyspark ships its jar)
+CONNECT_PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"
+# start order; stopped in reverse. The server holds every core of the workers while it runs.
 BASE = ("master", "worker1", "worker2")
-SERVERS = ("thrift", "connect")
-ROLES = (*BASE, *SERVERS)
-CLASSES = {"master": MASTER_CLASS, "worker1": WORKER_CLASS, "worker2": WORKER_CLASS, "thrift": THRIFT_CLASS,
-           "connect": CONNECT_CLASS}
+ROLES = (*BASE, "server")
+CLASSES = {"master": MASTER_CLASS, "worker1": WORKER_CLASS, "worker2": WORKER_CLASS, "server": THRIFT_CLASS}
 
 
 @dataclass(frozen=True)
@@ -101,8 +104,9 @@ class Cluster:
     def connect_url(self) -> str:
         return f"sc://{HOST}:{self.ports['SQLSERVER_CDC_CONNECT_PORT']}"
 
-    def server_port(self, server: str) -> int:
-        return self.ports[f"SQLSERVER_CDC_{server.upper()}_PORT"]
+    @property
+    def connect_port(self) -> int:
+        return self.ports["SQLSERVER_CDC_CONNECT_PORT"]
 
     @property
     def master_url(self) -> str:
@@ -144,7 +148,7 @@ def _env(cluster: Cluster, role: str) -> dict[str, str]:
         "SPARK_LOCAL_HOSTNAME": HOST,
         "SPARK_CONF_DIR": str(cluster.state_dir / "conf"),  # no user spark-defaults leak in
         # the daemons' heap; Spark's launcher also gives it to the Thrift server, over --driver-memory
-        "SPARK_DAEMON_MEMORY": THRIFT_DRIVER_MEMORY if role in SERVERS else "512m",
+        "SPARK_DAEMON_MEMORY": SERVER_DRIVER_MEMORY if role == "server" else "512m",
         "SPARK_LOG_DIR": str(cluster.state_dir / "logs"),
     }
 
@@ -190,22 +194,19 @@ def _commands(cluster: Cluster) -> dict[str, list[str]]:
         "spark.driver.extraClassPath": jars.jar_list(only="io.delta_", separator=":"),
         **SQL_CONF,
     }
-    thrift = [
+    server = {
+        **conf,
+        "spark.plugins": CONNECT_PLUGIN,
+        "spark.connect.grpc.binding.address": HOST,
+        "spark.connect.grpc.binding.port": str(cluster.connect_port),
+    }
+    server_command = [
         str(home / "bin/spark-submit"), "--master", cluster.master_url, "--class", THRIFT_CLASS,
-        "--name", "sqlserver_cdc Thrift server", "--driver-memory", THRIFT_DRIVER_MEMORY,
-        *[arg for key, value in conf.items() for arg in ("--conf", f"{key}={value}")],
+        "--name", "sqlserver_cdc server (Thrift and Spark Connect)", "--driver-memory", SERVER_DRIVER_MEMORY,
+        *[arg for key, value in server.items() for arg in ("--conf", f"{key}={value}")],
         "spark-internal",
         "--hiveconf", f"hive.server2.thrift.bind.host={HOST}",
         "--hiveconf", f"hive.server2.thrift.port={cluster.thrift_port}",
-    ]
-    connect = [
-        str(home / "bin/spark-submit"), "--master", cluster.master_url, "--class", CONNECT_CLASS,
-        "--name", "sqlserver_cdc Spark Connect server", "--driver-memory", THRIFT_DRIVER_MEMORY,
-        *[arg for key, value in {**conf, "spark.sql.catalogImplementation": "hive",
-                                  "spark.connect.grpc.binding.address": HOST,
-                                  "spark.connect.grpc.binding.port": str(cluster.server_port("connect"))}.items()
-          for arg in ("--conf", f"{key}={value}")],
-        "spark-internal",
     ]
     return {
         "master": [
@@ -213,8 +214,7 @@ def _commands(cluster: Cluster) -> dict[str, list[str]]:
             "--port", str(p["SQLSERVER_CDC_MASTER_PORT"]), "--webui-port", str(p["SQLSERVER_CDC_MASTER_UI_PORT"]),
         ],
         **workers,
-        "thrift": thrift,
-        "connect": connect,
+        "server": server_command,
     }
 
 
@@ -226,33 +226,38 @@ def _answers(port: int) -> bool:
         return False
 
 
-def _wait_for_port(cluster: Cluster, role: str, process: subprocess.Popen, port: int, timeout: float) -> None:
+def _wait_for_port(cluster: Cluster, role: str, alive: Callable[[], bool], port: int, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if _answers(port):
             return
-        if process.poll() is not None:
-            raise InfrastructureError(
-                f"the {role} process exited during start-up (code {process.returncode}); see {cluster.log(role)}")
+        if not alive():
+            raise InfrastructureError(f"the {role} process exited during start-up; see {cluster.log(role)}")
         time.sleep(1)
     raise InfrastructureError(f"the {role} did not answer on {HOST}:{port} within {timeout:.0f}s; see {cluster.log(role)}")
 
 
-def up(cluster: Cluster, timeout: float = 240, server: str | None = "thrift") -> None:
-    """Starts master, workers and `server` (thrift, connect, or None: master and workers only, for
-    the runner as an application of its own, which a server would leave no cores to); returns when
-    the server's port (the workers') answers. Reuses what is up: starts the server on running
-    master and workers; refuses to start over another server or a partly running cluster."""
-    roles = (*BASE, server) if server else BASE
+def _alive(process: subprocess.Popen) -> Callable[[], bool]:
+    return lambda: process.poll() is None
+
+
+def up(cluster: Cluster, timeout: float = 240, server: bool = True) -> None:
+    """Starts master, workers and the server (server=False: master and workers only, for the runner
+    as an application of its own, which a server would leave no cores to); returns when the
+    server's Thrift and Connect ports (the workers') answer. Reuses what is up: starts the server
+    on running master and workers; refuses to start over a partly running cluster."""
+    roles = ROLES if server else BASE
+    ports = (cluster.thrift_port, cluster.connect_port) if server else ()
     running = cluster.running()
-    if set(running) == set(roles) and (not server or _answers(cluster.server_port(server))):
-        print(f"cluster already up (state {cluster.state_dir}{f', {server} server' if server else ''})")
+    if set(running) == set(roles) and all(_answers(port) for port in ports):
+        print(f"cluster already up (state {cluster.state_dir}{', server' if server else ''})")
         return
     if running and (set(running) - set(roles) or not set(BASE) <= set(running)):
         raise InfrastructureError(
             f"part of the cluster or another server is running ({', '.join(running)}): run `make cluster-down` first")
     for role in [r for r in roles if r not in running]:
-        names = [f"SQLSERVER_CDC_{role.upper()}_PORT", f"SQLSERVER_CDC_{role.upper()}_UI_PORT"]
+        names = (["SQLSERVER_CDC_THRIFT_PORT", "SQLSERVER_CDC_CONNECT_PORT"] if role == "server"
+                 else [f"SQLSERVER_CDC_{role.upper()}_PORT", f"SQLSERVER_CDC_{role.upper()}_UI_PORT"])
         for name in [n for n in names if n in cluster.ports]:
             if _answers(cluster.ports[name]):
                 raise InfrastructureError(f"port {cluster.ports[name]} ({name}) is already in use: set {name} to a free port")
@@ -273,21 +278,23 @@ def up(cluster: Cluster, timeout: float = 240, server: str | None = "thrift") ->
                                                    start_new_session=True)
             cluster.pid_file(role).write_text(f"{processes[role].pid}\n")
             if role == "master":
-                _wait_for_port(cluster, role, processes[role], cluster.ports["SQLSERVER_CDC_MASTER_PORT"], 60)
-        if server:
-            _wait_for_port(cluster, server, processes[server], cluster.server_port(server), timeout)
+                _wait_for_port(cluster, role, _alive(processes[role]), cluster.ports["SQLSERVER_CDC_MASTER_PORT"], 60)
+        for port in ports:
+            alive = (_alive(processes["server"]) if "server" in processes
+                     else lambda: _is_ours(running["server"], CLASSES["server"]))
+            _wait_for_port(cluster, "server", alive, port, timeout)
         for n in [n for n in (1, 2) if f"worker{n}" in processes]:
-            _wait_for_port(cluster, f"worker{n}", processes[f"worker{n}"], cluster.ports[f"SQLSERVER_CDC_WORKER{n}_PORT"], 60)
+            _wait_for_port(cluster, f"worker{n}", _alive(processes[f"worker{n}"]),
+                           cluster.ports[f"SQLSERVER_CDC_WORKER{n}_PORT"], 60)
     except BaseException:
         down(cluster)
         raise
-    servers = {"thrift": f"Thrift server {HOST}:{cluster.thrift_port}", "connect": f"Spark Connect {cluster.connect_url}"}
-    print(f"cluster up: master {cluster.master_url}, {servers.get(server, 'no server')}, "
-          f"state and logs in {cluster.state_dir}")
+    served = f"Thrift server {HOST}:{cluster.thrift_port} and Spark Connect {cluster.connect_url}" if server else "no server"
+    print(f"cluster up: master {cluster.master_url}, {served}, state and logs in {cluster.state_dir}")
 
 
 def down(cluster: Cluster, grace: float = 30, roles: tuple[str, ...] = ROLES) -> None:
-    """Stops the recorded processes of `roles` (default all; Thrift server first), TERM then KILL
+    """Stops the recorded processes of `roles` (default all; the server first), TERM then KILL
     after `grace` seconds, and removes their pid files."""
     for role in reversed([r for r in ROLES if r in roles]):
         pid_file = cluster.pid_file(role)
@@ -338,14 +345,13 @@ def listening(pids: set[int]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if args[:1] not in (["up"], ["down"], ["status"]) or len(args) > (2 if args[0] == "up" else 1) \
-            or args[1:] not in ([], ["thrift"], ["connect"], ["none"]):
-        print("usage: python -m cdc_tooling.cluster up [thrift|connect|none]|down|status", file=sys.stderr)
+            or args[1:] not in ([], ["server"], ["none"]):
+        print("usage: python -m cdc_tooling.cluster up [server|none]|down|status", file=sys.stderr)
         return 2
     try:
         cluster = Cluster.from_env()
         if args[0] == "up":
-            server = (args[1:] or ["thrift"])[0]
-            up(cluster, server=None if server == "none" else server)
+            up(cluster, server=args[1:] != ["none"])
         elif args[0] == "down":
             down(cluster)
             print(f"cluster down (state kept in {cluster.state_dir})")

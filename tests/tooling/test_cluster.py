@@ -1,10 +1,10 @@
-"""The same project on a Spark cluster: a local standalone cluster (master, two workers and the
-Thrift server, cdc_tooling/cluster.py) runs the demo through `python -m runner run --target cluster`,
-then, its Thrift server stopped, with the runner as the driver of a cluster application whose
-landing folder and warehouse are on HDFS (cdc_tooling/hdfs.py), then over Spark Connect with
-the runner listing the same HDFS landing folder through WebHDFS and fsspec (runner/folders.py);
-every mart equals, row for row, the one the embedded session builds from the same landing files. The cluster listens on
-127.0.0.1 only and leaves no process behind."""
+"""The same project on a Spark cluster: a local standalone cluster (master, two workers and one
+server application serving Thrift and Spark Connect, cdc_tooling/cluster.py) runs the demo through
+`python -m runner run --target cluster`, then over Spark Connect with the runner listing the same
+landing folder on HDFS (cdc_tooling/hdfs.py) through WebHDFS and fsspec (runner/folders.py), then,
+its server stopped, with the runner as the driver of a cluster application whose landing folder
+and warehouse are on HDFS; every mart equals, row for row, the one the embedded session builds
+from the same landing files. The cluster listens on 127.0.0.1 only and leaves no process behind."""
 
 from __future__ import annotations
 
@@ -17,32 +17,29 @@ import sys
 import uuid
 from pathlib import Path
 
+import pytest
+
 from cdc_simulator import demo_data
-from cdc_tooling import hdfs as mini_hdfs
 from cdc_tooling.cluster import PORTS, Cluster, down, listening, process_tree, up
+from cdc_tooling.hdfs import Hdfs
 from runner import report
-from runner.dbt import Dbt
 from runner.project import tracked_tables
 from tests.conftest import PROJECT_DIR, Pipeline, free_ports
+
+pytestmark = [pytest.mark.service, pytest.mark.processes]
 
 LOOPBACK = ("127.0.0.1:", "[::ffff:127.0.0.1]:", "[::1]:")
 
 
 
-def _rows(dbt_or_spark, sql: str) -> list[str]:
-    if isinstance(dbt_or_spark, Dbt):
-        return sorted(r["r"] for r in dbt_or_spark.query(sql))
-    return sorted(r[0] for r in dbt_or_spark.sql(sql).collect())
-
-
-def _marts(source, schema: str, warehouse: str | None = None) -> dict[str, list[str]]:
+def _marts(spark, schema: str, warehouse: str | None = None) -> dict[str, list[str]]:
     """Every mart of every tracked table as its rows, each row all columns as JSON, sorted (read
     by path from `warehouse` when given)."""
     marts = {}
     for table in tracked_tables(PROJECT_DIR):
         for mart in (f"{table.name}_current", f"{table.name}_history"):
             relation = f"delta.`{warehouse}/{schema}.db/{mart}`" if warehouse else f"{schema}.{mart}"
-            marts[mart] = _rows(source, f"select to_json(struct(*)) as r from {relation}")
+            marts[mart] = sorted(r[0] for r in spark.sql(f"select to_json(struct(*)) as r from {relation}").collect())
     return marts
 
 
@@ -71,13 +68,17 @@ def _ces_stream(output: str) -> str:
     return next(line[line.index("CES stream:"):] for line in output.splitlines() if "CES stream:" in line)
 
 
-def test_cluster_target_builds_the_marts_the_local_session_builds(spark, tmp_path, monkeypatch):
+def test_cluster_target_builds_the_marts_the_local_session_builds(spark, hdfs: Hdfs, tmp_path):
     landing = tmp_path / "landing"
     demo_data.generate(spark, PROJECT_DIR, landing, transactions=120, batches=2, seed=19)
     _add_bad_input(landing)
-    ports = free_ports(len(PORTS) + 2)
-    cluster = Cluster(tmp_path / "cluster", dict(zip(PORTS, ports)))
-    hdfs = mini_hdfs.Hdfs(tmp_path / "hdfs", *ports[-2:])
+    # the same files on HDFS, for the Spark Connect run and the cluster application
+    remote = f"{hdfs.uri}/{tmp_path.name}"
+    jvm = spark._jvm
+    fs = jvm.org.apache.hadoop.fs.Path(remote).getFileSystem(spark._jsc.hadoopConfiguration())
+    assert fs.copyFromLocalFile(False, True, jvm.org.apache.hadoop.fs.Path(str(landing)),
+                                jvm.org.apache.hadoop.fs.Path(f"{remote}/landing")) is None
+    cluster = Cluster(tmp_path / "cluster", dict(zip(PORTS, free_ports(len(PORTS)))))
     started: set[int] = set()
     try:
         up(cluster)
@@ -118,64 +119,57 @@ def test_cluster_target_builds_the_marts_the_local_session_builds(spark, tmp_pat
         assert {r["tracked_table"]: r["quarantined"] for r in local_summary}["order_lines"] == 3
         assert "2 lines quarantined" in local_stream and _ces_stream(output) == local_stream
 
-        # executors included, every listening socket of the cluster is on the loopback interface
+        # executors included, every listening socket of the cluster is on the loopback interface,
+        # the server's Thrift and Spark Connect ports among them
         tree = process_tree(list(cluster.running().values()))
         started |= tree
-        addresses = listening(tree)
-        assert f"{cluster.thrift_port}" in " ".join(addresses)
-        assert [a for a in addresses if not a.startswith(LOOPBACK)] == []
+        addresses = " ".join(listening(tree))
+        assert f":{cluster.thrift_port} " in addresses + " " and f":{cluster.connect_port} " in addresses + " "
+        assert [a for a in addresses.split() if not a.startswith(LOOPBACK)] == []
 
-        # the cluster's marts through dbt's Thrift connection, as the runner reads the cluster
-        monkeypatch.setenv("SQLSERVER_CDC_THRIFT_PORT", str(cluster.thrift_port))
-        monkeypatch.setenv("SQLSERVER_CDC_SCHEMA", schema)
-        on_cluster = _marts(Dbt(PROJECT_DIR, "cluster"), schema)
+        # the marts the server wrote, read by path from its warehouse
+        warehouse = str(cluster.state_dir / "warehouse")
         on_session = _marts(spark, local.schema)
+        on_cluster = _marts(spark, schema, warehouse=warehouse)
         for mart, rows in on_session.items():
             assert rows, f"{mart} is empty: the comparison would prove nothing"
             assert on_cluster[mart] == rows, f"{mart} differs between the cluster and the local session"
 
-        # the runner as the driver of an application on the cluster (the Thrift server, which holds
-        # every core, stopped), its landing folder and warehouse on HDFS: only its metastore is local
-        down(cluster, roles=("thrift",))
-        mini_hdfs.up(hdfs)
-        output = _run_as_cluster_application(spark, tmp_path, cluster, hdfs, landing, schema)
-        assert table.getvalue().strip() in output and _ces_stream(output) == local_stream
-        as_application = _marts(spark, schema, warehouse=f"{hdfs.uri}/warehouse")
-        for mart, rows in on_session.items():
-            assert as_application[mart] == rows, f"{mart} differs between the cluster application and the local session"
-        for n in (1, 2):  # the Thrift server's executors and the runner's ran on each worker
-            assert len(list((cluster.state_dir / f"work/worker{n}").glob("app-*"))) == 2
-        assert not (tmp_path / "app_state" / "warehouse").exists()
-
-        # over Spark Connect: the Connect server is the cluster's application, the runner its client,
-        # which lists the HDFS landing folder through WebHDFS (fsspec) while the server reads it
-        up(cluster, server="connect")
+        # over Spark Connect to the same server application: the runner is its client and lists
+        # the HDFS landing folder through WebHDFS (fsspec) while the server reads it
         connected = "k_" + uuid.uuid4().hex[:8]
-        output = _run_over_spark_connect(tmp_path, cluster, f"{hdfs.webhdfs_uri}/landing", connected)
-        assert f"landing new files from {hdfs.webhdfs_uri}/landing" in output
+        output = _run_over_spark_connect(tmp_path, cluster, f"{hdfs.webhdfs_uri}/{tmp_path.name}/landing", connected)
+        assert f"landing new files from {hdfs.webhdfs_uri}/{tmp_path.name}/landing" in output
         assert table.getvalue().strip() in output and _ces_stream(output) == local_stream
-        over_connect = _marts(spark, connected, warehouse=str(cluster.state_dir / "warehouse"))
+        over_connect = _marts(spark, connected, warehouse=warehouse)
         for mart, rows in on_session.items():
             assert over_connect[mart] == rows, f"{mart} differs between Spark Connect and the local session"
+
+        # the runner as the driver of an application on the cluster (the server, which holds
+        # every core, stopped), its landing folder and warehouse on HDFS: only its metastore is local
+        down(cluster, roles=("server",))
+        output = _run_as_cluster_application(tmp_path, cluster, remote, schema)
+        assert table.getvalue().strip() in output and _ces_stream(output) == local_stream
+        as_application = _marts(spark, schema, warehouse=f"{remote}/warehouse")
+        for mart, rows in on_session.items():
+            assert as_application[mart] == rows, f"{mart} differs between the cluster application and the local session"
+        for n in (1, 2):  # the server's executors and the runner's ran on each worker
+            assert len(list((cluster.state_dir / f"work/worker{n}").glob("app-*"))) == 2
+        assert not (tmp_path / "app_state" / "warehouse").exists()
     finally:
         down(cluster)
-        mini_hdfs.down(hdfs)
     assert cluster.pids() == {}, "pid files left behind"
     assert [pid for pid in sorted(started) if _alive(pid)] == [], "cluster processes still running"
 
 
-def _run_as_cluster_application(spark, tmp_path: Path, cluster: Cluster, hdfs: mini_hdfs.Hdfs, landing: Path,
-                                schema: str) -> str:
-    """`python -m runner run` on the local target with the cluster's master, landing from and
-    writing to HDFS; returns its output."""
-    uri = f"{hdfs.uri}/landing"
-    jvm = spark._jvm
-    fs = jvm.org.apache.hadoop.fs.Path(uri).getFileSystem(spark._jsc.hadoopConfiguration())
-    assert fs.copyFromLocalFile(False, True, jvm.org.apache.hadoop.fs.Path(str(landing)), jvm.org.apache.hadoop.fs.Path(uri)) is None
+def _run_as_cluster_application(tmp_path: Path, cluster: Cluster, remote: str, schema: str) -> str:
+    """`python -m runner run` on the local target with the cluster's master, landing from
+    `remote`/landing and writing to `remote`/warehouse (HDFS); returns its output."""
+    uri = f"{remote}/landing"
     env = {
         **os.environ,
         "SQLSERVER_CDC_MASTER": cluster.master_url,
-        "SQLSERVER_CDC_WAREHOUSE": f"{hdfs.uri}/warehouse",
+        "SQLSERVER_CDC_WAREHOUSE": f"{remote}/warehouse",
         "SQLSERVER_CDC_STATE_DIR": str(tmp_path / "app_state"),
         "SQLSERVER_CDC_DRIVER_MEMORY": "2g",
         "SQLSERVER_CDC_EXECUTOR_MEMORY": "768m",
