@@ -21,6 +21,16 @@ _STATE = Path(tempfile.mkdtemp(prefix="sqlserver_cdc_tests_"))
 os.environ["SQLSERVER_CDC_STATE_DIR"] = str(_STATE / "state")
 
 
+@pytest.fixture(autouse=True)
+def _environment():
+    """Every test starts from the session's environment and leaves it as it found it (a Pipeline
+    sets SQLSERVER_CDC_SCHEMA for its runs and dbt compiles; the next test must not inherit it)."""
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
+
+
 @pytest.fixture(scope="session")
 def spark():
     from runner.profile import load_target
@@ -153,15 +163,27 @@ def assert_raw_read_by_batch(pipeline: Pipeline, after_execution: int) -> dict:
     return run
 
 
+# parsed projects of compile_sql, by what a parse depends on (files, target, environment)
+_COMPILE_MANIFESTS: dict[tuple, object] = {}
+
+
 def compile_sql(sql: str, vars: dict | None = None, project_dir: Path = PROJECT_DIR) -> str:
-    """Compiles a Jinja SQL snippet in the project (its macros available) to plain Spark SQL."""
+    """Compiles a Jinja SQL snippet in the project (its macros available) to plain Spark SQL. The
+    project is parsed once per set of project files and environment (the schema among it) and
+    the parse reused, as the runner reuses it: vars are read when the snippet renders."""
     from dbt.cli.main import dbtRunner
 
+    from runner.dbt import Dbt
+
+    dbt = Dbt(project_dir, "local")
+    key = dbt._manifest_key()
+    if key not in _COMPILE_MANIFESTS:
+        _COMPILE_MANIFESTS[key] = dbt.parse()
     args = ["--quiet", "--log-level", "none", "compile", "--inline", sql, "--project-dir", str(project_dir),
             "--profiles-dir", str(project_dir), "--target", "local"]
     if vars:
         args += ["--vars", json.dumps(vars)]
-    result = dbtRunner().invoke(args)
+    result = dbtRunner(manifest=_COMPILE_MANIFESTS[key]).invoke(args)
     if not result.success:
         cause = result.exception.__context__ or result.exception
         raise AssertionError(f"dbt compile failed: {cause}")
@@ -176,6 +198,20 @@ def render(spark):
         return [r.asDict(recursive=True) for r in spark.sql(compile_sql(sql, vars, project_dir)).collect()]
 
     return _render
+
+
+@pytest.fixture(scope="session")
+def hdfs(tmp_path_factory):
+    """One HDFS mini-cluster (cdc_tooling/hdfs.py) on free loopback ports for the session, started
+    by the first test that needs it: each test works in a folder of its own on it."""
+    from cdc_tooling.hdfs import Hdfs, down, up
+
+    h = Hdfs(tmp_path_factory.mktemp("hdfs"), *free_ports(2))
+    up(h)
+    try:
+        yield h
+    finally:
+        down(h)
 
 
 def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
@@ -194,3 +230,24 @@ def copy_project(destination: Path, extra_tables: dict[str, dict], replace: bool
     from runner.project import copy_project as copy
 
     return copy(PROJECT_DIR, destination, extra_tables, replace=replace, drop=drop)
+
+
+DURATIONS = PROJECT_DIR / "logs" / "test-durations.txt"
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """Every test's duration (setup, call and teardown together), slowest first, and the total, in
+    logs/test-durations.txt: what a change costs the suite (docs/testing.md)."""
+    seconds: dict[str, float] = {}
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            if getattr(report, "when", None) in ("setup", "call", "teardown") and hasattr(report, "duration"):
+                seconds[report.nodeid] = seconds.get(report.nodeid, 0.0) + report.duration
+    if not seconds:
+        return
+    total = sum(seconds.values())
+    DURATIONS.parent.mkdir(exist_ok=True)
+    lines = [f"{s:9.2f} s  {nodeid}" for nodeid, s in sorted(seconds.items(), key=lambda item: -item[1])]
+    DURATIONS.write_text(f"{len(seconds)} tests, {total:.1f} s in tests ({total / 60:.1f} min)\n" + "\n".join(lines) + "\n")
+    terminalreporter.write_line(f"test durations: {len(seconds)} tests, {total:.1f} s ({total / 60:.1f} min) in "
+                                f"tests; each test's in {DURATIONS.relative_to(PROJECT_DIR)}")
