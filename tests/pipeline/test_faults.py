@@ -16,6 +16,8 @@ import signal
 import threading
 import time
 
+import pytest
+
 from cdc_simulator.simulate import Simulator
 from runner.lock import process_start
 from tests.conftest import EVENT_TABLES, copy_project
@@ -49,7 +51,13 @@ def _records(sim, transactions) -> int:
     return sum(len(rows) for tx in transactions for rows in tx.changes.values()) + len(transactions)
 
 
+@pytest.mark.processes
 def test_killed_runs_rerun_to_the_same_marts_readers_see_whole_commits_one_runner_at_a_time(spark, tmp_path):
+    """The kill points are chained in one history (each re-run of a killed run is itself killed at
+    the next point, with a new batch landed before it, so it also takes in more than the killed
+    run had): five runner processes where a separate re-run per kill took eight. The kill inside a
+    MERGE is the one whose JVM is left frozen: it never commits, as under SIGKILL, and the next
+    runner must kill that JVM first."""
     landing = tmp_path / "landing"
     landing.mkdir()
     project = copy_project(tmp_path / "project", {}, drop=(*EVENT_TABLES, "order_lines"))
@@ -60,20 +68,62 @@ def test_killed_runs_rerun_to_the_same_marts_readers_see_whole_commits_one_runne
     records = _records(sim, first) + sum(len(t.columns) for t in TABLES) + len(TABLES)
     wh.run()
     _check(wh, sim, first[-1].commit_lsn, records)
+    uppers = [first[-1].commit_lsn]  # the bound of each landed batch: the states a mart may be in
 
-    # 1. killed inside the landing append (its data files written, its commit not yet), then
-    #    re-run while this session reads the marts: each read sees the state before or after
-    before = sim.transactions[-1].commit_lsn
-    batch = sim.run(25)
-    wh.land(batch, "b2")
-    records += _records(sim, batch)
+    def land(transactions, batch: str) -> None:
+        nonlocal records
+        wh.land(transactions, batch)
+        records += _records(sim, transactions)
+        uppers.append(transactions[-1].commit_lsn)
+
+    # 1. killed inside the landing append (its data files written, its commit not yet): nothing
+    #    of the batch counts as landed, the next run lands it once
+    land(sim.run(25), "b2")
     files, commits = wh.data_files("landed_rows"), wh.commits("landed_rows")
     out = wh.kill_when(lambda: wh.data_files("landed_rows") > files, "landing append")
     assert "dbt build" not in out
     inside = wh.commits("landed_rows") == commits
+
+    # 2. its re-run, taking over the lock, killed inside a mart's MERGE (data files written, commit
+    #    not yet): its Python process killed, its JVM left stuck (frozen: a JVM whose pipe closes
+    #    normally ends within a second) until the next runner kills it, so the MERGE never commits
+    land(sim.run(20) + [sim.transaction(statements=2, kinds=("delete",)) for _ in range(3)], "b3")
+    files, committed = wh.data_files("customers_current"), wh.commits("customers_current")
+    wh.kill_when(lambda: wh.data_files("customers_current") > files, "MERGE into customers_current", python_only=True)
+    jvm = json.loads((tmp_path / "state" / "runner.lock").read_text())["jvm_pid"]
+    assert process_start(jvm) is not None
+    kills = [("MERGE into customers_current", wh.commits("customers_current") == committed)]
+
+    # 3. the next runner stops that JVM before its own Spark starts, takes over the lock, and is
+    #    itself killed after the last mart committed, before the watermarks were recorded
+    land(sim.run(20) + [sim.transaction(statements=2, kinds=("delete",)) for _ in range(3)], "b4")
+    committed = wh.commits("customers_history")
+    try:
+        out = wh.kill_when(lambda: wh.commits("customers_history") > committed, "commit of customers_history")
+    finally:  # a frozen JVM must not outlive a failing test
+        if process_start(jvm) is not None:
+            os.kill(jvm, signal.SIGKILL)
+    assert f"killed the JVM (pid {jvm}) of the runner that ended without releasing the lock" in out, out[-3000:]
+    assert "took over the lock of a runner that ended without releasing it" in out, out[-3000:]
+    assert process_start(jvm) is None
+    kills.append(("commit of customers_history", wh.commits("customers_history") == committed))
+    print(f"killed inside the landing append before its commit: {inside}; "
+          + "; ".join(f"{what} killed before its commit: {before_commit}" for what, before_commit in kills))
+
+    # every mart is at the state of a whole run: one of the landed batches' bounds
+    before = {}
+    for spec in TABLES:
+        for mart in ("current", "history"):
+            state = wh.mart_state(spec, mart)
+            assert any(state == expected_state(spec, sim, upper, mart) for upper in uppers), f"{spec.name}_{mart}"
+            before[(spec.name, mart)] = state
+
+    # 4. the last re-run holds the lock while a session reads the marts (each read sees the state
+    #    before the run or after it), a second runner exits 2 naming it and a third waits its turn
+    land(sim.run(15), "b5")
     after = sim.transactions[-1].commit_lsn
-    states = {(spec.name, mart): (expected_state(spec, sim, before, mart), expected_state(spec, sim, after, mart))
-              for spec in TABLES for mart in ("current", "history")}
+    states = {key: (old, expected_state(next(t for t in TABLES if t.name == key[0]), sim, after, key[1]))
+              for key, old in before.items()}
     seen: list[str] = []
     errors: list[str] = []
     done = threading.Event()
@@ -81,8 +131,7 @@ def test_killed_runs_rerun_to_the_same_marts_readers_see_whole_commits_one_runne
     def read_while_running():
         while not done.is_set():
             for (name, mart), (old, new) in states.items():
-                spec = next(t for t in TABLES if t.name == name)
-                got = wh.mart_state(spec, mart)
+                got = wh.mart_state(next(t for t in TABLES if t.name == name), mart)
                 if got == new:
                     seen.append("after")
                 elif got == old:
@@ -92,72 +141,30 @@ def test_killed_runs_rerun_to_the_same_marts_readers_see_whole_commits_one_runne
                     return
             time.sleep(0.5)  # leave the runner most of the two cores
 
+    holder = wh.start()
     reader = threading.Thread(target=read_while_running)
     reader.start()
     try:
-        out = wh.run()
+        lock = tmp_path / "state" / "runner.lock"
+        deadline = time.monotonic() + 120
+        while not (lock.exists() and f'"pid": {holder.pid}' in lock.read_text()):
+            assert holder.poll() is None and time.monotonic() < deadline, "the first runner never took the lock"
+            time.sleep(0.05)
+        refused = wh.start()
+        out, _ = refused.communicate(timeout=120)
+        assert refused.returncode == 2, out
+        last = out.strip().splitlines()[-1]
+        assert "FAILED: another runner holds this warehouse" in last and f"pid {holder.pid} on host" in last, last
+        waiting = wh.start("--wait", str(TIMEOUT))
+        for proc in (holder, waiting):
+            out, _ = proc.communicate(timeout=TIMEOUT)
+            assert proc.returncode == 0, out[-3000:]
     finally:
         done.set()
         reader.join()
     assert not errors, errors
     assert "before" in seen, "the reader never read during the run"
-    assert "took over the lock of a runner that ended without releasing it" in out
-    _check(wh, sim, after, records)
-
-    # 1b. the Python process alone killed inside a mart's MERGE while its JVM is stuck (frozen:
-    #     a JVM whose pipe closes normally ends within a second): the next runner, taking over the
-    #     lock, stops that JVM before its own Spark starts; nothing is lost or applied twice
-    batch = sim.run(10)
-    wh.land(batch, "b2b")
-    records += _records(sim, batch)
-    files = wh.data_files("customers_current")
-    wh.kill_when(lambda: wh.data_files("customers_current") > files, "MERGE into customers_current", python_only=True)
-    jvm = json.loads((tmp_path / "state" / "runner.lock").read_text())["jvm_pid"]
-    assert process_start(jvm) is not None
-    try:
-        out = wh.run()
-    finally:  # a frozen JVM must not outlive a failing test
-        if process_start(jvm) is not None:
-            os.kill(jvm, signal.SIGKILL)
-    assert f"killed the JVM (pid {jvm}) of the runner that ended without releasing the lock" in out, out[-3000:]
-    assert process_start(jvm) is None
-    _check(wh, sim, sim.transactions[-1].commit_lsn, records)
-
-    # 2. killed inside a mart's MERGE (data files written, commit not yet); 3. its re-run killed
-    #    after the last mart committed, before the watermarks were recorded; 4. that run's re-run
-    #    holds the lock while a second runner exits 2 naming it and a third waits its turn. Each
-    #    run lands a new batch too, so every re-run also takes in more than the killed run had.
-    kills = []
-    for what, table, grows in (("MERGE into customers_current", "customers_current", "data_files"),
-                               ("commit of customers_history", "customers_history", "commits")):
-        batch = sim.run(20) + [sim.transaction(statements=2, kinds=("delete",)) for _ in range(3)]
-        wh.land(batch, f"b{len(kills) + 3}")
-        records += _records(sim, batch)
-        count = getattr(wh, grows)
-        baseline, committed = count(table), wh.commits(table)
-        wh.kill_when(lambda count=count, table=table, baseline=baseline: count(table) > baseline, what)
-        kills.append((what, wh.commits(table) == committed))
-    print(f"killed inside the landing append before its commit: {inside}; "
-          + "; ".join(f"{what} killed before its commit: {before_commit}" for what, before_commit in kills))
-    batch = sim.run(15)
-    wh.land(batch, "b9")
-    records += _records(sim, batch)
-    holder = wh.start()
-    lock = tmp_path / "state" / "runner.lock"
-    deadline = time.monotonic() + 120
-    while not (lock.exists() and f'"pid": {holder.pid}' in lock.read_text()):
-        assert holder.poll() is None and time.monotonic() < deadline, "the first runner never took the lock"
-        time.sleep(0.05)
-    refused = wh.start()
-    out, _ = refused.communicate(timeout=120)
-    assert refused.returncode == 2, out
-    last = out.strip().splitlines()[-1]
-    assert "FAILED: another runner holds this warehouse" in last and f"pid {holder.pid} on host" in last, last
-    waiting = wh.start("--wait", str(TIMEOUT))
-    for proc in (holder, waiting):
-        out, _ = proc.communicate(timeout=TIMEOUT)
-        assert proc.returncode == 0, out[-3000:]
     assert "waiting up to" in out and "nothing new landed" in out
     # the holder's run succeeded and nothing changed since: the waiting run exits before Spark
     assert "nothing to build (Spark not started)" in out, out[-3000:]
-    _check(wh, sim, sim.transactions[-1].commit_lsn, records)
+    _check(wh, sim, after, records)
