@@ -3,12 +3,14 @@
 #                 Central), generate demo landing data, run the pipeline, print a summary
 #   make test   - create .venv, install, run linters, dbt docs generate and the whole test suite
 #                 (tests/tooling/test_cluster.py starts and stops its own local Spark cluster)
+#   make test-fast - the fast tier after an edit: ruff and the tests that start no service and no
+#                 runner process and run no multi-run scenario (docs/testing.md "Tiers")
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo demo-kafka test lint docs bench clean check-java cluster-up cluster-down kafka-up kafka-down hdfs-up hdfs-down
+.PHONY: demo demo-kafka test test-fast lint docs bench clean check-java cluster-up cluster-down kafka-up kafka-down hdfs-up hdfs-down
 
 check-java:
 	@command -v java >/dev/null 2>&1 || { echo "ERROR: java not found. Spark needs Java 17: install it (e.g. apt-get install openjdk-17-jre-headless) and re-run."; exit 2; }
@@ -36,8 +38,15 @@ docs: check-java $(STAMP)
 test: check-java $(STAMP) lint
 	$(PY) -m pytest
 
-# A local Spark standalone cluster (master, two workers, Thrift server on 127.0.0.1) for the
-# `cluster` target: docs/operations.md "Running on a cluster". State and logs in .cluster/.
+FAST := not service and not processes and not scenario
+
+test-fast: check-java $(STAMP)
+	$(PY) -m ruff check runner cdc_simulator cdc_tooling tests
+	$(PY) -m pytest -m "$(FAST)"
+
+# A local Spark standalone cluster (master, two workers and one server serving Thrift and Spark
+# Connect, on 127.0.0.1) for the `cluster` and `connect` targets (SERVER=none: no server):
+# docs/operations.md "Running on a cluster". State and logs in .cluster/.
 cluster-up: check-java $(STAMP)
 	$(PY) -m cdc_tooling.cluster up $(SERVER)
 

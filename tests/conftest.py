@@ -31,12 +31,19 @@ def _environment():
     os.environ.update(saved)
 
 
-@pytest.fixture(scope="session")
-def spark():
+def _session():
+    """The session's SparkSession, as the runner creates it (Delta's jars named one by one). The
+    first test to need Spark creates it, whichever that is: a dbt command run before it would
+    otherwise create one from the profile's settings alone."""
     from runner.profile import load_target
     from runner.session import create_session
 
-    session = create_session(load_target(PROJECT_DIR, "local"), PROJECT_DIR)
+    return create_session(load_target(PROJECT_DIR, "local"), PROJECT_DIR)
+
+
+@pytest.fixture(scope="session")
+def spark():
+    session = _session()
     yield session
     session.stop()
     shutil.rmtree(_STATE, ignore_errors=True)
@@ -175,6 +182,7 @@ def compile_sql(sql: str, vars: dict | None = None, project_dir: Path = PROJECT_
 
     from runner.dbt import Dbt
 
+    _session()  # dbt's compile connects: to the runner's session, never one of its own
     dbt = Dbt(project_dir, "local")
     key = dbt._manifest_key()
     if key not in _COMPILE_MANIFESTS:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import uuid
 
+import pytest
 import yaml
 
 from cdc_simulator import landing_writer
@@ -75,6 +76,7 @@ def _run(pipeline) -> str:
     return out.getvalue()
 
 
+@pytest.mark.scenario
 def test_a_table_switched_to_a_new_capture_instance_with_an_added_column(spark, tmp_path):
     project = copy_project(tmp_path / "project", {"members": _declaration(None)}, replace=True)
     (tmp_path / "landing").mkdir()

@@ -12,6 +12,7 @@ import random
 import uuid
 from datetime import datetime
 
+import pytest
 import yaml
 
 from cdc_simulator import ces_writer, landing_writer
@@ -131,6 +132,7 @@ def _declaration(**channel) -> dict:
             "columns": [{"name": c.name, "type": c.type, "ordinal": c.ordinal} for c in STAFF_COLUMNS]}
 
 
+@pytest.mark.scenario
 def test_ces_events_out_of_order_build_the_marts_change_tables_build(spark, tmp_path):
     pipeline = _pipeline(spark, tmp_path, {
         "staff_ct": _declaration(channel="change_tables", capture_instance="dbo_staff", soft_deletes=True),
@@ -250,6 +252,7 @@ def _variant(event: dict, lsn: int, key: int, operation: str | None = None, **va
             "operation": operation or event["operation"], "data": json.dumps(data)}
 
 
+@pytest.mark.scenario
 def test_bad_lines_unknown_operations_uncastable_values_and_orphan_segments_are_quarantined(spark, tmp_path):
     from tests.expected import check_marts
     from tests.expected import history as expected_history

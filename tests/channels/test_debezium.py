@@ -11,6 +11,7 @@ import json
 from dataclasses import replace
 from datetime import datetime
 
+import pytest
 import yaml
 
 from cdc_simulator import debezium_writer, landing_writer
@@ -155,6 +156,7 @@ def _is_tombstone(line: str) -> bool:
     return value is None or ("partition" in value and value.get("value") is None)
 
 
+@pytest.mark.scenario
 def test_debezium_events_build_the_marts_change_tables_build(spark, tmp_path):
     pipeline = _pipeline(spark, tmp_path, {
         "items_ct": {"channel": "change_tables", "capture_instance": "dbo_items", "key": ["item_id"],
@@ -264,6 +266,7 @@ def _variant(line: str, lsn: int, key: int, op: str | None = None, **after) -> s
     return json.dumps(event)
 
 
+@pytest.mark.scenario
 def test_bad_lines_unknown_operations_and_wrong_encodings_are_quarantined_flattened_rows_apply(
         spark, tmp_path, monkeypatch):
     from tests.expected import check_marts, snapshot_versions

@@ -151,6 +151,7 @@ def _run(pipeline):
     return out.getvalue(), False
 
 
+@pytest.mark.scenario
 def test_a_lagging_export_holds_the_cut_and_loses_nothing_and_a_cut_file_is_refused_whole(spark, tmp_path, required_project):
     """order_lines' exports land two batches after customers' (and after the lsn_time_mapping):
     after every run both marts equal the source as of the cut, the laggard is named, and in the

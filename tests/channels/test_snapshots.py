@@ -32,6 +32,7 @@ def _snapshot_transaction(now: dict, held: dict, lsn: int, time, tables=TABLES) 
     return tx
 
 
+@pytest.mark.scenario
 def test_an_initial_snapshot_then_a_gap_remedied_by_a_new_snapshot(pipeline, monkeypatch):
     sim = Simulator(TABLES, seed=31)
     landing = pipeline.landing
@@ -85,6 +86,7 @@ def test_an_initial_snapshot_then_a_gap_remedied_by_a_new_snapshot(pipeline, mon
     check_marts(pipeline, sim, later[-1].commit_lsn, transactions=[snapshot1, *after, snapshot2, *later])
 
 
+@pytest.mark.scenario
 def test_a_debezium_initial_snapshot_then_a_complete_snapshot_reconciles_and_an_incremental_one_never_deletes(
         spark, tmp_path, monkeypatch):
     """Debezium's snapshot rows (op r) establish the state at their LSN; after events were lost

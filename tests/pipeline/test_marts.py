@@ -29,6 +29,7 @@ def _split(tx, n_rows):
     return first, rest
 
 
+@pytest.mark.scenario
 def test_batch_boundary_inside_a_transaction_waits_for_its_commit(pipeline):
     sim = Simulator(TABLES, seed=41)
     txs = sim.run(30)
@@ -46,6 +47,7 @@ def test_batch_boundary_inside_a_transaction_waits_for_its_commit(pipeline):
     check_marts(pipeline, sim, big.commit_lsn)
 
 
+@pytest.mark.scenario
 def test_delete_only_reinsert_and_key_change_batches(pipeline):
     """Batches of one kind of change each (an empty batch: tests/pipeline/test_pipeline.py's re-run)."""
     sim = Simulator(TABLES, seed=43)
@@ -67,6 +69,7 @@ def test_delete_only_reinsert_and_key_change_batches(pipeline):
         check_marts(pipeline, sim, txs[-1].commit_lsn)
 
 
+@pytest.mark.scenario
 def test_gap_stops_the_run_naming_table_range_and_remedy(pipeline):
     sim = Simulator(TABLES, seed=47)
     first = sim.run(20)
@@ -124,6 +127,7 @@ def _check_soft_deletes(pipeline, sim, spec) -> None:
     assert got == want
 
 
+@pytest.mark.scenario
 def test_table_options_soft_deletes_delete_versions_and_history_on_chosen_columns(spark, tmp_path):
     """One project with the options: customers keeps deleted keys (soft_deletes) and a version
     per delete (history_delete_versions); order_lines keeps history on chosen columns only
@@ -209,6 +213,7 @@ def _mart_files(pipeline, model: str) -> int:
     return pipeline.rows(f"describe detail {{s}}.{model}")[0]["numFiles"]
 
 
+@pytest.mark.scenario
 def test_a_small_batch_merges_with_deletion_vectors_and_removes_no_data_file(pipeline):
     """A mart of many files takes a batch touching a few keys as one MERGE that marks the
     changed rows in deletion vectors and adds files for the new rows only."""

@@ -11,6 +11,8 @@ import shlex
 import subprocess
 import uuid
 
+import pytest
+
 from cdc_simulator import landing_writer
 from cdc_simulator.simulate import Simulator
 from runner import cli
@@ -46,6 +48,7 @@ def _documented_columns(mart: str) -> set[str]:
     return set(re.findall(r"`(\w+)`", current.splitlines()[0]))
 
 
+@pytest.mark.scenario
 def test_a_newcomer_gets_from_a_fresh_clone_to_their_own_tables(spark, tmp_path, monkeypatch, capfd):
     steps = _readme_steps()
     assert [" ".join(s.split()[:4]) if s.startswith("python") else " ".join(s.split()[:2]) for s in steps] == [

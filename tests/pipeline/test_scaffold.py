@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import uuid
 
+import pytest
 import yaml
 
 from cdc_simulator import landing_writer
@@ -67,6 +68,7 @@ def test_types_and_keys_come_from_the_metadata():
     assert scaffold.describe(metadata, {"places": ["name"]})[0].key == ["name"]
 
 
+@pytest.mark.scenario
 def test_scaffold_declares_the_demo_tables_from_their_landed_metadata(spark, tmp_path):
     """From the demo's captured_columns and change_tables exports, into a project without them:
     the same declarations, model files and YAML entries (columns and tests) as the hand-written
