@@ -38,7 +38,18 @@ def _session():
     from runner.profile import load_target
     from runner.session import create_session
 
-    return create_session(load_target(PROJECT_DIR, "local"), PROJECT_DIR)
+    session = create_session(load_target(PROJECT_DIR, "local"), PROJECT_DIR)
+    for key, value in INTERPRETED.items():
+        session.conf.set(key, value)
+    return session
+
+
+# Spark evaluates expressions without generating code in the tests' session and in the runner
+# processes tests/scenarios.py starts (faults, HDFS, Kafka): each of the suite's few hundred small
+# runs sends statements new to its process, whose generated classes Janino would compile first
+# (12-15% of a scenario). The cluster test's server and application and the benchmark keep the
+# profile's settings, and the cluster test compares their marts with this session's row for row.
+INTERPRETED = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
 
 
 @pytest.fixture(scope="session")
