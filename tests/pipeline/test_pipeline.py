@@ -134,8 +134,9 @@ def test_changes_landed_twice_apply_once_and_a_corrected_reexport_applies_its_mi
     sim = Simulator(TABLES, seed=13)
     _land(pipeline, sim, sim.run(30), "b1", first=True)
     pipeline.run()
-    # a copy of order_lines' export whose every row is bad (quantity not a number): quarantined
-    # for that reason, not as duplicates of the trusted originals
+    # in a later run, two copies: one of order_lines' export whose every row is bad (quantity not
+    # a number), quarantined for that reason, not as duplicates of the trusted originals; and
+    # customers' export landed again under another name
     source = pipeline.landing / "change_tables/sales_order_lines/b1.csv"
     with source.open(newline="") as f:
         rows = list(csv.DictReader(f))
@@ -143,14 +144,14 @@ def test_changes_landed_twice_apply_once_and_a_corrected_reexport_applies_its_mi
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows({**r, "quantity": "many"} for r in rows)
-    summary = pipeline.run()
-    assert {r["tracked_table"]: r["quarantined"] for r in summary}["order_lines"] == len(rows)
-    # the same export landed again under another name, in a later run
     folder = pipeline.landing / "change_tables/dbo_customers"
     shutil.copy(folder / "b1.parquet", folder / "b1-again.parquet")
     customers = pipeline.rows("select count(*) as n from {s}.stg_change_tables__customers")[0]["n"]
     summary = pipeline.run()
-    assert {r["tracked_table"]: r["quarantined"] for r in summary}["customers"] == customers
+    assert {r["tracked_table"]: r["quarantined"] for r in summary} == {"order_lines": len(rows), "customers": customers}
+    bad = pipeline.rows("select distinct quarantine_reason from {s}.stg_change_tables__order_lines "
+                        "where _source_file like '%b1-bad-copy.csv'")
+    assert len(bad) == 1 and "duplicate" not in bad[0]["quarantine_reason"], bad
     reasons = pipeline.rows("select distinct quarantine_reason from {s}.stg_change_tables__customers "
                             "where _source_file like '%b1-again.parquet'")
     assert reasons == [{"quarantine_reason": "duplicate of the change row landed from change_tables/dbo_customers/b1.parquet"}]
