@@ -8,9 +8,12 @@ Delta's coordinates are the ones Delta's own Python package asks Spark for
 (`delta.configure_spark_with_delta_pip`: `io.delta:delta-spark_<spark major.minor>_2.13:<version>`);
 Spark's own resolver (Ivy, `spark-submit --packages`) fetches them and their dependencies into
 `<jar folder>/ivy` during `python -m runner.jars` (run by `make` at install, or by the first
-session that finds the folder empty), and the jars are copied flat into the jar folder. Every session, the profile's included, then
-names only
-`<jar folder>/*.jar` (`spark.jars`), never a remote package.
+session that finds the folder empty), and the jars are copied flat into the jar folder. The
+runner's sessions then name them one by one (`spark.jars`, which also ships them to a cluster's
+executors), never a remote package. Delta's own jars are also linked into `<jar folder>/driver/`,
+the folder the profile puts on a plain dbt session's classpath (`spark.driver.extraClassPath:
+<jar folder>/driver/*`): `spark.jars` takes no glob (Spark prints an ERROR and a stack trace on
+each start), and the whole folder on the classpath would put its older Jackson before Spark's.
 
 `python -m runner.jars` prints what it fetched and its size; it is idempotent.
 """
@@ -101,8 +104,37 @@ def resolved(folder: Path | None = None, packages: str | None = None) -> bool:
 
 def ensure(quiet: bool = False) -> Path:
     """Fetches the sessions' jars (Delta Lake, Kafka source) into the jar folder unless they are
-    there; returns the folder."""
-    return _ensure(jars_dir(), spark_packages(), quiet)
+    there, and links Delta's into driver_dir(); returns the folder."""
+    folder = _ensure(jars_dir(), spark_packages(), quiet)
+    _link_driver_jars(folder)
+    return folder
+
+
+DRIVER = "driver"
+
+
+def driver_dir() -> Path:
+    """The folder of the jars a plain dbt session's driver loads (the profile's
+    spark.driver.extraClassPath): Delta Lake's own."""
+    return jars_dir() / DRIVER
+
+
+def _link_driver_jars(folder: Path) -> None:
+    """Makes <folder>/driver hold exactly Delta's jars of the folder (hard links, copies where
+    the file system has none)."""
+    driver = folder / DRIVER
+    wanted = {j.name: j for j in folder.glob("io.delta_*.jar")}
+    present = {j.name for j in driver.glob("*.jar")} if driver.is_dir() else set()
+    if present == set(wanted):
+        return
+    driver.mkdir(exist_ok=True)
+    for name in present - set(wanted):
+        (driver / name).unlink()
+    for name in set(wanted) - present:
+        try:
+            os.link(wanted[name], driver / name)
+        except OSError:
+            shutil.copy2(wanted[name], driver / name)
 
 
 def ensure_broker(quiet: bool = False) -> Path:

@@ -31,8 +31,31 @@ def test_sessions_load_delta_from_the_local_jar_folder_only(spark):
     major_minor = ".".join(pyspark.__version__.split(".")[:2])
     assert jars.delta_packages().startswith(f"io.delta:delta-spark_{major_minor}_2.13:")
     assert spark.conf.get("spark.sql.extensions") == "io.delta.sql.DeltaSparkSessionExtension"
-    # plain dbt gets the same local jars from the profile
-    assert load_target(PROJECT_DIR, "local").spark_conf["spark.jars"].endswith(".jars/*.jar")
+    # plain dbt gets Delta's local jars from the profile: the driver folder, on the classpath
+    conf = load_target(PROJECT_DIR, "local").spark_conf
+    assert "spark.jars" not in conf and conf["spark.driver.extraClassPath"].endswith(".jars/driver/*")
+    driver = sorted(j.name for j in jars.driver_dir().glob("*"))
+    assert driver == sorted(Path(j).name for j in listed if Path(j).name.startswith("io.delta_")), driver
+
+
+@pytest.mark.processes
+def test_plain_dbt_on_a_new_warehouse_prints_no_error_and_writes_delta(tmp_path):
+    """A plain dbt command (README's own use) on a fresh state folder: the profile's session
+    loads Delta from the jar folder with no ERROR line or Java stack trace on the console (a glob in
+    spark.jars printed both on every start), and Derby writes its log into the state folder it
+    creates (a missing folder sent its boot report to the console). One cold JVM, about 30 s."""
+    state = tmp_path / "state"
+    env = {**{k: v for k, v in os.environ.items() if k != "PYSPARK_SUBMIT_ARGS"}, "SQLSERVER_CDC_STATE_DIR": str(state)}
+    done = subprocess.run([str(Path(sys.executable).parent / "dbt"), "seed", "--profiles-dir", ".",
+                           "--target-path", str(tmp_path / "target"), "--log-path", str(tmp_path / "logs")],
+                          cwd=PROJECT_DIR, env=env, capture_output=True, text=True, check=False, timeout=600)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-3000:]
+    problems = [line for line in output.splitlines()
+                if "ERROR" in line.replace("ERROR=0", "") or "Exception" in line or line.startswith(("\tat ", "java."))]
+    assert not problems, "\n".join(problems[:20])
+    assert (state / "derby.log").is_file() and (state / "metastore_db").is_dir()
+    assert (state / "warehouse" / "cdc.db" / "cdc_operations" / "_delta_log").is_dir()
 
 
 def test_the_lock_names_its_holder_waits_and_takes_over_a_dead_holders_lock(tmp_path):
