@@ -94,8 +94,10 @@ def run_pipeline(project_dir: Path, target, landing_dir: Path | str | Folder, *,
                  timings: dict | None = None) -> list[dict]:
     """Lands, plans, builds and reports one run; returns the summary rows (one per tracked table)
     and adds the build's node results (runner.plan.NodeResult) to `nodes` when given.
-    Three dbt invocations on one parse of the project (docs/operations.md "The runner"): `run-operation
-    begin_run` lands the new files and reports the facts the run is planned from; runner/plan.py
+    Four dbt invocations on one parse of the project (docs/operations.md "The runner"): `run-operation
+    open_run` creates what is missing and reports the last batch, which the run's batch id follows
+    (plan.batch_id); `run-operation begin_run` lands the new files and reports the facts the run is
+    planned from; runner/plan.py
     decides the windows and what to build; `dbt build` builds only that (the plan reaches the
     models as var cdc_plan); `run-operation finish_run` records the watermarks the plan's
     `advance` moved and writes the run ledger's row, once. Every step is SQL sent through dbt, so
@@ -112,12 +114,19 @@ def run_pipeline(project_dir: Path, target, landing_dir: Path | str | Folder, *,
     full_refresh = full_refresh or restage  # restaging rebuilds the marts from the restaged rows
     progress = progress or report.Progress()
     started_at = datetime.now(timezone.utc)
-    batch_id = _batch_id()
     # constant across runs, so one parse serves them (the plan is a var of the build only)
     dbt = Dbt(project_dir, target.name, {"cdc_raw_schema": target.raw_schema})
+    clock_id = _batch_id()
+    opened = dbt.operation("sqlserver_cdc.open_run", {"raw_schema": target.raw_schema}).get("open_run")
+    if opened is None:
+        raise InfrastructureError("open_run reported nothing: is the project's sqlserver_cdc package current?")
+    batch_id = plan.batch_id(clock_id, opened["last_batch"] or "")
+    if batch_id != clock_id:
+        progress.step(f"this machine's clock is behind the last landed batch or recorded run: batch {batch_id} "
+                      f"continues after it (the clock said {clock_id.split('-')[0]})")
     sources = kafka.sources(project_dir) if kafka_sources is None else kafka_sources
     if sources:
-        batch_id, stopped = _land_kafka(dbt, target, sources, batch_id, accept_kafka_gap, progress)
+        stopped = _land_kafka(target, sources, batch_id, accept_kafka_gap, progress)
     else:
         stopped = []
     folder = open_folder(landing_dir, hadoop=target.owns_jvm)
@@ -133,14 +142,13 @@ def run_pipeline(project_dir: Path, target, landing_dir: Path | str | Folder, *,
         "files": files, "batch_id": batch_id, "raw_schema": target.raw_schema, "upper_lsn": upper_lsn}).get("begin_run")
     if begun is None:
         raise InfrastructureError("begin_run reported nothing: is the project's sqlserver_cdc package current?")
-    facts = plan.facts_from_report(begun)
-    if facts.run_id != batch_id:
-        progress.step(f"this machine's clock is behind the last landed batch or recorded run: batch {facts.run_id} "
-                      f"continues after it (the clock said {batch_id.split('-')[0]})")
-        batch_id = facts.run_id
+    try:
+        facts = plan.facts_from_report(begun)
+    except ValueError as exc:
+        raise InfrastructureError(str(exc)) from None
     the_plan = plan.plan_run(facts, plan.Options(
         upper_lsn=begun.get("upper_lsn"), full_refresh=full_refresh, restage=restage, select=tuple(select),
-        manifests_required=bool(begun.get("manifests_required")), stopped=tuple(stopped),
+        manifests_required=bool(begun.get("manifests_required")),
         unsettled=tuple(f["relative"] for f in files if f.get("unsettled"))))
     timings["landing"] = time.monotonic() - clock
     progress.step(f"landed {sum(facts.landed_now.values())} records from {len(facts.landed_now)} folders "
@@ -244,23 +252,21 @@ def _finish_args(the_plan: plan.Plan, facts: plan.Facts, outcome: plan.Outcome, 
         "manifests_from": the_plan.export.manifests_from, "refused": [*facts.refused, *stopped],
         "failed_nodes": outcome.failed,
         "landed_through": {k: {"lsn": v.lsn, "batch": v.batch} for k, v in sorted(the_plan.landed.items())},
-        "plan": the_plan.to_json(), "retention_minutes": the_plan.retention.landed,
+        "plan": the_plan.to_json(outcome), "retention_minutes": the_plan.retention.landed,
     }
     return {"run": run, "tables": tables, "streams": streams, "watermarks": moved,
             "capture_lsn": the_plan.landed_lsn.get("change_tables"), "retention_minutes": the_plan.retention.minutes}
 
 
-def _land_kafka(dbt, target, sources: list, batch_id: str, accept_gap, progress) -> tuple[str, list[str]]:
-    """Lands the Kafka sources' new records (before begin_run, which then sees them as landed);
-    returns the batch id they landed with (the clock's, or after the last batch: macro
-    monotonic_batch_id) and why sources stopped (retention gaps), each already reported."""
+def _land_kafka(target, sources: list, batch_id: str, accept_gap, progress) -> list[str]:
+    """Lands the Kafka sources' new records with the run's batch id (before begin_run, which then
+    sees them as landed; open_run created the raw table); returns why sources stopped (retention
+    gaps), each already reported."""
     from pyspark.sql import SparkSession
 
     spark = SparkSession.getActiveSession()
     if spark is None:
         raise UsageError("Kafka sources are read in the runner's own SparkSession: use a session target")
-    batch_id = dbt.operation("sqlserver_cdc.ensure_raw_table", {"raw_schema": target.raw_schema, "batch_id": batch_id}
-                             )["batch_id"]["batch_id"]
     progress.step(f"reading {len(sources)} Kafka source(s) up to the partitions' end offsets at this run's start")
     stopped = []
     for result in kafka.land(spark, sources, landing.raw_table(target.raw_schema), batch_id, tuple(accept_gap)):
@@ -273,7 +279,7 @@ def _land_kafka(dbt, target, sources: list, batch_id: str, accept_gap, progress)
         for reason in result.stopped:
             progress.step(f"STOPPED {reason}")
         stopped += result.stopped
-    return batch_id, stopped
+    return stopped
 
 
 def _refused(refused: list[str], stopped: list[str] = ()) -> list[str]:

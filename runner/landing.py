@@ -386,6 +386,7 @@ def land(dbt, landing: Landing, raw_schema: str, batch_id: str) -> dict[str, obj
     refused, waiting, ignored) and `counts`, the records landed per (kind, entity). A run lands
     through begin_run instead, which also plans the run from what landed."""
     files = files_to_land(landing, csv_dialects(dbt.project_dir), exported_columns(dbt.project_dir))
+    dbt.operation("sqlserver_cdc.open_run", {"raw_schema": raw_schema})  # the raw table, when missing
     outcome = dbt.operation("sqlserver_cdc.land_files", {"files": files, "batch_id": batch_id,
                                                          "raw_schema": raw_schema}).get("land_files", {})
     rows = dbt.query(f"{{{{ sqlserver_cdc.landed_batch_counts('{batch_id}', '{raw_schema}') }}}}")

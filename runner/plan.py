@@ -31,9 +31,9 @@ row is written once, at the end, with the plan and the outcome.
 
 from __future__ import annotations
 
-import hashlib
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields, replace
+from datetime import datetime, timedelta
 
 CHANNELS = ("change_tables", "ces", "debezium")
 EVENT_CHANNELS = ("ces", "debezium")
@@ -149,11 +149,12 @@ class PreviousRun:
 
 @dataclass(frozen=True)
 class Facts:
-    """What begin_run reports: see the module's docstring."""
+    """What begin_run reports, the one schema of its report (report_keys; the module's docstring
+    says what the plan makes of them)."""
 
-    run_id: str
-    tables: tuple[Table, ...]
-    previous: PreviousRun | None = None
+    run_id: str  # the run's batch id (plan.batch_id), which its files landed with
+    tables: tuple[Table, ...]  # the declared tracked tables
+    previous: PreviousRun | None = None  # the previous run's ledger row; None before the first
     # records this run's batch landed per "<kind>/<entity>" (what the ledger's `landed` shows)
     landed_now: dict[str, int] = field(default_factory=dict)
     # per source, what landed in the batches after the previous run's (see Table.sources):
@@ -167,8 +168,8 @@ class Facts:
     debezium_snapshot_end: str | None = None
     manifests: tuple[Manifest, ...] = ()
     snapshots: tuple[Snapshot, ...] = ()
-    watermarks: dict[str, Watermark] = field(default_factory=dict)
-    relations: frozenset[str] = frozenset()
+    watermarks: dict[str, Watermark] = field(default_factory=dict)  # each model's, by model name
+    relations: frozenset[str] = frozenset()  # the tables and views of the target schema
     # per capture instance, the low end of its validity interval (cdc.change_tables.start_lsn)
     instance_min_lsn: dict[str, str] = field(default_factory=dict)
     # digest of the project's views (the quarantine view lists every staging model)
@@ -201,7 +202,6 @@ class Options:
     restage: bool = False  # --restage: every staging table rebuilt from the raw table too (a full refresh)
     select: tuple[str, ...] = ()  # a dbt selection given by the user (--select)
     manifests_required: bool = False  # var cdc_export_manifests: required
-    stopped: tuple[str, ...] = ()  # why Kafka sources landed nothing (retention gaps)
     # files the runner's two listings found still being written (runner/landing.py files_to_land)
     unsettled: tuple[str, ...] = ()
 
@@ -307,11 +307,13 @@ class Plan:
         return {"run_id": self.run_id, "since": self.since, "checks": self.checks,
                 "models": {name: _compact(asdict(w)) for name, w in sorted(self.models.items())}}
 
-    def to_json(self) -> str:
-        """What the ledger's `plan` column keeps: each table's decision and each model's window."""
+    def to_json(self, outcome: Outcome | None = None) -> str:
+        """What the ledger's `plan` column keeps: each table's decision, each model's window and,
+        after the build (outcome), the windows a plain dbt build takes next (plain_windows)."""
         return json.dumps({"tables": {n: _compact(asdict(t)) for n, t in sorted(self.tables.items())},
                            "models": {n: _compact(asdict(w)) for n, w in sorted(self.models.items())},
-                           "build": self.build}, sort_keys=True)
+                           "build": self.build, "plain": plain_windows(self, outcome) if outcome else {}},
+                          sort_keys=True)
 
 
 DEFAULT_RETENTION_MINUTES = 4320  # sys.sp_cdc_add_job's default: three days
@@ -365,11 +367,22 @@ def lsn_decrement(lsn: str) -> str | None:
     return None if int(lsn, 16) == 0 else f"{int(lsn, 16) - 1:020X}"
 
 
-def digest(value: object) -> str:
-    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
 # ---- planning ---------------------------------------------------------------------------------
+
+BATCH_STAMP = "%Y%m%dT%H%M%S%fZ"
+
+
+def batch_id(clock_id: str, last_batch: str) -> str:
+    """This run's batch id, which orders every batch after it (staging takes the batches after
+    the last it took in; the plan, what landed after the previous run): the runner's clock id
+    (e.g. 20261125T144641017837Z-a0c8d5) unless the last batch recorded or landed (macro
+    open_run) is at or above it, e.g. after the clock stepped back; then one microsecond after
+    that batch, with the clock id's suffix. So a clock that steps back changes nothing."""
+    if clock_id > last_batch:
+        return clock_id
+    stamp = datetime.strptime(last_batch[:22], BATCH_STAMP) + timedelta(microseconds=1)
+    return f"{stamp.strftime(BATCH_STAMP)}-{clock_id.split('-')[-1]}"
+
 
 def landed_through(previous: PreviousRun | None, facts: Facts) -> dict[str, Landed]:
     """Per source, what has landed so far: the previous run's record raised by what arrived
@@ -741,6 +754,34 @@ def advance(plan: Plan, facts: Facts, results: list[NodeResult]) -> Outcome:
                    built={name for name, r in built.items() if r.status == "success"})
 
 
+def plain_windows(plan: Plan, outcome: Outcome) -> dict[str, dict[str, dict]]:
+    """Per mart, the windows a plain `dbt build` takes after this run (the ledger's plan keeps
+    them; the macro cdc_window reads them, docs/marts.md "Watermarks and windows"): `remaining`,
+    what this run planned for the mart and did not apply (its window, unless the mart is at the
+    window's bound after the run: then nothing, an empty window there), and `full`, a rebuild
+    from scratch up to the window's bound (a change-table mart from the newest snapshot at or
+    below it, which starts it). Both look the stored columns up (evolve): a plain build does not
+    know the declaration the mart was built with. A plain build records no mart watermark: the
+    runner's next run applies its window again, with the same result (the marts are idempotent
+    over a window)."""
+    windows: dict[str, dict[str, dict]] = {}
+    for name, w in sorted(plan.models.items()):
+        if w.kind != "mart":
+            continue
+        if outcome.advanced.get(name):
+            mark = outcome.watermarks.get(name, Watermark())
+            remaining = ModelWindow("mart", w.table, lower_lsn=mark.lsn or "", upper_lsn=mark.lsn,
+                                    lower_batch=mark.batch or "", upper_batch=mark.batch, evolve=True)
+        else:
+            remaining = replace(w, evolve=True)
+        latest = plan.tables[w.table].latest_snapshot
+        snapshot = latest if latest and w.upper_lsn and latest <= w.upper_lsn else None
+        full = ModelWindow("mart", w.table, full=True, lower_lsn=snapshot or "", upper_lsn=w.upper_lsn,
+                           upper_batch=w.upper_batch, snapshot_lsn=snapshot, evolve=True)
+        windows[name] = {"remaining": {"full": False, **_compact(asdict(remaining))}, "full": _compact(asdict(full))}
+    return windows
+
+
 # ---- reading the facts -------------------------------------------------------------------------
 
 def _previous(row: dict, landed) -> PreviousRun:
@@ -757,8 +798,24 @@ def _previous(row: dict, landed) -> PreviousRun:
                        int(row["retention_minutes"]) if row.get("retention_minutes") is not None else None)
 
 
+# what begin_run reports besides the facts: the run's options it reads in SQL (--upper-lsn made
+# canonical, var cdc_export_manifests validated)
+REPORTED_OPTIONS = ("upper_lsn", "manifests_required")
+
+
+def report_keys() -> frozenset[str]:
+    """The keys of begin_run's report: Facts' fields and REPORTED_OPTIONS, the one schema of it."""
+    return frozenset(f.name for f in fields(Facts)) | frozenset(REPORTED_OPTIONS)
+
+
 def facts_from_report(report: dict) -> Facts:
-    """Facts from what the macro begin_run reports (JSON)."""
+    """Facts from what the macro begin_run reports (JSON); raises ValueError when the report's keys
+    are not report_keys() (a package and a runner from different releases)."""
+    missing, unknown = sorted(report_keys() - report.keys()), sorted(report.keys() - report_keys())
+    if missing or unknown:
+        raise ValueError(f"begin_run's report does not match runner/plan.py Facts (missing: {', '.join(missing) or '-'}; "
+                         f"unknown: {', '.join(unknown) or '-'}): the sqlserver_cdc package and the runner must come "
+                         "from the same release")
 
     def landed(d: dict | None) -> dict[str, Landed]:
         return {k: Landed(v.get("lsn"), v.get("batch") or "", v.get("min_lsn")) for k, v in (d or {}).items()

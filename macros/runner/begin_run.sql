@@ -1,21 +1,7 @@
-{#- Used by the runner (dbt run-operation), the first of a run's dbt invocations: fixes the
-    run's batch id (monotonic_batch_id: the runner's clock id unless the clock is behind the last
-    batch), lands the new files (land_files) and reports the few small facts the run is planned from
-    (runner/plan.py), as one log line `sqlserver_cdc.begin_run <json>`:
-    - tables: each tracked table's channel, capture instances (and whether declared dropped) and
-      a digest of its declaration;
-    - previous: the previous run's ledger row (run_id, landed_through, exported_lsn,
-      manifests_from, its tables and streams; landed_lsn and upper_batch for a row of an earlier
-      release);
-    - landed_now: records this run's batch landed per <kind>/<entity>;
-    - arrived: per source, the largest commit LSN and the last batch of what landed after the
-      previous run (see _arrivals), ces_unrouted and debezium_snapshot_end;
-    - manifests (export manifests landed since then, or since the batch of the earliest still
-      waiting beyond a gap), snapshots (every snapshot manifest: one small partition);
-    - watermarks (each model's), relations (the target schema's tables and views), the
-      capture instances' validity low ends (instance_min_lsn), each seed's relation and content
-      checksum (seeds), a digest of the views;
-    - run_id (the batch id the files landed with), refused and waiting files, undeclared columns ignored (ignored), upper_lsn (--upper-lsn, canonical) and manifests_required.
+{#- Used by the runner (dbt run-operation) after open_run: lands the new files (land_files) with
+    the run's batch id and reports the facts the run is planned from as one log line
+    `sqlserver_cdc.begin_run <json>`. Its keys are runner/plan.py's Facts fields (their meaning is
+    written there, once) and REPORTED_OPTIONS; the runner refuses a report of another shape.
     Reads only the batches landed after the previous run (Delta skips earlier files by their
     _batch_id statistics) and small tables. -#}
 {% macro begin_run(files, batch_id, raw_schema=none, upper_lsn=none) -%}
@@ -26,12 +12,6 @@
     {%- set raw_schema = raw_schema or var('cdc_raw_schema', target.schema ~ '_raw') -%}
     {%- set raw = raw_schema ~ '.landed_rows' -%}
     {%- set ledger = sqlserver_cdc.ledger_relation() -%}
-    {% do run_query('create schema if not exists ' ~ ledger.schema) %}
-    {% do sqlserver_cdc._ensure_ledger(ledger) %}
-    {% do sqlserver_cdc._ensure_watermarks() %}
-    {% do run_query('create schema if not exists ' ~ raw_schema) %}
-    {% do run_query(sqlserver_cdc._raw_table_ddl(raw)) %}
-    {%- set batch_id = sqlserver_cdc.monotonic_batch_id(batch_id, raw) -%}
     {%- set landing = sqlserver_cdc.land_files(files, batch_id, raw_schema) -%}
     {%- set landed_now = {} -%}
     {%- for row in run_query(sqlserver_cdc.landed_batch_counts(batch_id, raw_schema)) -%}

@@ -27,8 +27,7 @@
     {%- if not batch_id -%}
         {{ exceptions.raise_compiler_error("land_files: batch_id is empty; the runner passes its batch id") }}
     {%- endif -%}
-    {% do run_query('create schema if not exists ' ~ schema) %}
-    {% do run_query(sqlserver_cdc._raw_table_ddl(raw)) %}
+    {#- the raw table exists: open_run created it -#}
     {%- set rows = run_query(sqlserver_cdc._landed_files_query(raw, recorded=true)).rows -%}
     {%- set recorded = rows | length > 0 -%}
     {%- if not recorded -%}
@@ -277,31 +276,6 @@
         {{ sqlserver_cdc._sql_string(file.kind) }} as landing_kind,
         {{ sqlserver_cdc._sql_string(file.entity) }} as entity
 {%- endmacro %}
-
-{#- Used by the runner before it lands from Kafka sources (runner/kafka.py appends to the raw
-    table itself, with the Kafka clients' secrets that never pass through dbt); with batch_id
-    (the runner's clock id) also reports the batch id to land with (monotonic_batch_id) as
-    `sqlserver_cdc.batch_id`. -#}
-{% macro ensure_raw_table(raw_schema=none, batch_id=none) -%}
-    {{ return(adapter.dispatch('ensure_raw_table', 'sqlserver_cdc')(raw_schema=raw_schema, batch_id=batch_id)) }}
-{%- endmacro %}
-
-{% macro spark__ensure_raw_table(raw_schema=none, batch_id=none) -%}
-    {%- set schema = raw_schema or var('cdc_raw_schema', target.schema ~ '_raw') -%}
-    {% do run_query('create schema if not exists ' ~ schema) %}
-    {% do run_query(sqlserver_cdc._raw_table_ddl(schema ~ '.landed_rows')) %}
-    {%- if batch_id -%}
-        {%- set ledger = sqlserver_cdc.ledger_relation() -%}
-        {% do run_query('create schema if not exists ' ~ ledger.schema) %}
-        {% do sqlserver_cdc._ensure_ledger(ledger) %}
-        {{ log('sqlserver_cdc.batch_id ' ~ tojson({'batch_id': sqlserver_cdc.monotonic_batch_id(batch_id, schema ~ '.landed_rows')}), info=true) }}
-    {%- endif -%}
-{%- endmacro %}
-
-{% macro default__ensure_raw_table(raw_schema=none, batch_id=none) -%}
-    {{ exceptions.raise_compiler_error(sqlserver_cdc._not_supported('ensure_raw_table')) }}
-{%- endmacro %}
-
 {#- The raw table: every landed record, partitioned by landing kind and entity; a Delta table
     appended once per landing batch. -#}
 {% macro _raw_table_ddl(raw) -%}

@@ -97,29 +97,31 @@
     {%- endif -%}
 {%- endmacro %}
 
-{#- This run's batch id, which orders every batch after it (staging takes the batches after the
-    last it took in; the plan, what landed after the previous run): the runner's clock id
-    (`given`, e.g. 20261125T144641017837Z-a0c8d5) unless a batch already landed or a run already
-    recorded (other than `given` itself) is at or above it, e.g. after the clock stepped back;
-    then one microsecond after the largest of those, with given's suffix. So a clock that steps
-    back changes nothing. Reads the ledger's largest run id, then the raw table's batches after it
-    only. -#}
-{% macro monotonic_batch_id(given, raw) -%}
-    {{ return(adapter.dispatch('monotonic_batch_id', 'sqlserver_cdc')(given=given, raw=raw)) }}
+{#- Used by the runner (dbt run-operation), the first of a run's dbt invocations: creates what a
+    run writes to when missing (the raw schema and table, the ledger, the watermark table; a
+    ledger of an earlier release gets its added columns) and reports, as `sqlserver_cdc.open_run
+    {"last_batch": ...}`, the largest batch id recorded or landed: the ledger's largest run id, or
+    a batch landed after it (a killed run's). The runner's batch id continues after it
+    (runner/plan.py batch_id). Reads the raw table's batches after the last recorded run only. -#}
+{% macro open_run(raw_schema=none) -%}
+    {{ return(adapter.dispatch('open_run', 'sqlserver_cdc')(raw_schema=raw_schema)) }}
 {%- endmacro %}
 
-{% macro default__monotonic_batch_id(given, raw) -%}
-    {{ exceptions.raise_compiler_error(sqlserver_cdc._not_supported('monotonic_batch_id')) }}
+{% macro default__open_run(raw_schema=none) -%}
+    {{ exceptions.raise_compiler_error(sqlserver_cdc._not_supported('open_run')) }}
 {%- endmacro %}
 
-{% macro spark__monotonic_batch_id(given, raw) -%}
-    {%- set recorded = run_query("select coalesce(max(run_id), '') from " ~ sqlserver_cdc.ledger_relation()).rows[0][0] -%}
-    {#- batches landed after the last recorded run (a killed run's): Delta skips every other file -#}
+{% macro spark__open_run(raw_schema=none) -%}
+    {%- set raw_schema = raw_schema or var('cdc_raw_schema', target.schema ~ '_raw') -%}
+    {%- set raw = raw_schema ~ '.landed_rows' -%}
+    {%- set ledger = sqlserver_cdc.ledger_relation() -%}
+    {% do run_query('create schema if not exists ' ~ ledger.schema) %}
+    {% do sqlserver_cdc._ensure_ledger(ledger) %}
+    {% do sqlserver_cdc._ensure_watermarks() %}
+    {% do run_query('create schema if not exists ' ~ raw_schema) %}
+    {% do run_query(sqlserver_cdc._raw_table_ddl(raw)) %}
+    {%- set recorded = run_query("select coalesce(max(run_id), '') from " ~ ledger).rows[0][0] -%}
     {%- set landed = run_query("select coalesce(max(_batch_id), '') from " ~ raw ~ " where _batch_id > "
-        ~ sqlserver_cdc._sql_string(recorded) ~ " and _batch_id != " ~ sqlserver_cdc._sql_string(given)).rows[0][0] -%}
-    {%- set last = [recorded, landed] | max -%}
-    {%- if given > last -%}{{ return(given) }}{%- endif -%}
-    {%- set suffix = given.split('-')[-1] -%}
-    {%- set stamp = modules.datetime.datetime.strptime(last[:22], '%Y%m%dT%H%M%S%fZ') -%}
-    {{ return((stamp + modules.datetime.timedelta(microseconds=1)).strftime('%Y%m%dT%H%M%S%fZ') ~ '-' ~ suffix) }}
+        ~ sqlserver_cdc._sql_string(recorded)).rows[0][0] -%}
+    {{ log('sqlserver_cdc.open_run ' ~ tojson({'last_batch': [recorded, landed] | max}), info=true) }}
 {%- endmacro %}

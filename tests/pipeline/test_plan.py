@@ -4,6 +4,8 @@ routing, Kafka-landed events) and how the watermarks move after the build."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from runner.plan import (
@@ -19,10 +21,13 @@ from runner.plan import (
     Table,
     Watermark,
     advance,
+    batch_id,
     export_cut,
     facts_from_report,
     lsn_increment,
+    plain_windows,
     plan_run,
+    report_keys,
     retention,
 )
 from runner.report import headroom_warnings
@@ -35,6 +40,21 @@ ALL = (CUSTOMERS, ORDERS, EMPLOYEES, PRODUCTS)
 SHARED = ("stg_cdc_metadata__lsn_time_mapping", "stg_cdc_metadata__change_tables", "stg_cdc_metadata__captured_columns",
           "stg_ces__events", "stg_debezium__events", "cdc_quarantine", "cdc_operations", "sqlserver_types")
 SEEDS = {"cdc_operations": Seed("cdc_operations", "c1"), "sqlserver_types": Seed("sqlserver_types", "t1")}
+
+
+def report(**given) -> dict:
+    """A report of begin_run with every key its schema has (plan.report_keys), empty unless given."""
+    empty = {"run_id": "b2", "tables": [], "previous": None, "landed_now": {}, "arrived": {}, "ces_unrouted": None,
+             "debezium_snapshot_end": None, "manifests": [], "snapshots": [], "watermarks": {}, "relations": [],
+             "instance_min_lsn": {}, "views_digest": "", "seeds": {}, "refused": [], "waiting": [], "ignored": [],
+             "late_commit_times": {}, "cdc_jobs_retention": None, "upper_lsn": None, "manifests_required": False}
+    return {**empty, **given}
+
+
+def test_a_report_whose_keys_are_not_the_facts_schema_is_refused_naming_them():
+    assert set(report()) == report_keys()
+    with pytest.raises(ValueError, match=r"missing: arrived; unknown: arived\)"):
+        facts_from_report({**{k: v for k, v in report().items() if k != "arrived"}, "arived": {}})
 
 
 def lsn(n: int) -> str:
@@ -89,6 +109,51 @@ def test_first_run_builds_everything_up_to_what_landed():
     assert set(p.build) == {m for t in ALL for m in (t.staging, *t.marts)} | set(SHARED[:6])
     assert all(p.models[m].full for t in ALL for m in t.marts)
     assert p.models["customers_history"].lower_lsn == "" and p.models["customers_history"].upper_lsn == lsn(10)
+
+
+def test_the_batch_id_is_the_clocks_unless_the_last_batch_is_not_before_it():
+    clock = "20261125T144641017837Z-a0c8d5"
+    assert batch_id(clock, "") == clock  # a new warehouse
+    assert batch_id(clock, "20261125T144641017836Z-ffffff") == clock
+    # the clock stepped back behind the last batch recorded or landed, or stands on it: one
+    # microsecond after it, with the clock's suffix; across a second, a day and a year too
+    assert batch_id(clock, "20261125T154641017837Z-111111") == "20261125T154641017838Z-a0c8d5"
+    assert batch_id(clock, "20261125T144641017837Z-ffffff") == "20261125T144641017838Z-a0c8d5"
+    assert batch_id(clock, "20261231T235959999999Z-111111") == "20270101T000000000000Z-a0c8d5"
+    assert batch_id(clock, clock) > clock
+
+
+def test_a_plain_dbt_build_takes_what_the_last_run_left_or_a_rebuild_up_to_its_bound():
+    """The windows the ledger's plan keeps for a plain dbt build (macro cdc_window reads them):
+    a mart the run took to its bound has nothing left; one whose build failed gets the run's
+    window again; a full refresh rebuilds up to the bound, a change-table mart from the newest
+    snapshot at or below it."""
+    f = facts(arrived=arrived(cdc_metadata__lsn_time_mapping=(11, 20), change_tables__dbo_customers=(12, 19),
+                              snapshots__orders=(15, 15)),
+              snapshots=(Snapshot("orders", lsn(15), "b2"), Snapshot("orders", lsn(25), "b2")))
+    p = plan_run(f)
+    results = [NodeResult(m, "model", "error" if m == "customers_history" else "success") for m in p.build]
+    out = advance(p, f, results)
+    plain = plain_windows(p, out)
+    assert set(plain) == {m for t in ALL for m in t.marts}
+    # failed: the run's window again, nothing decided anew
+    assert plain["customers_history"]["remaining"] == {"full": False, "kind": "mart", "table": "customers",
+                                                       "lower_lsn": lsn(10), "upper_lsn": lsn(20), "evolve": True}
+    # at the bound (built, or nothing in its window): an empty window there
+    for mart in ("customers_current", "employees_current", "products_history"):
+        window = plain[mart]["remaining"]
+        mark = out.watermarks[mart]
+        assert (window["full"], window.get("lower_lsn"), window.get("upper_lsn"), window.get("lower_batch"),
+                window.get("upper_batch")) == (False, mark.lsn, mark.lsn, mark.batch, mark.batch), mart
+    assert plain["customers_current"]["remaining"]["upper_lsn"] == lsn(20)
+    # a full refresh: from scratch up to the bound, from the newest snapshot at or below it
+    assert plain["orders_current"]["full"] == {"kind": "mart", "table": "orders", "full": True, "lower_lsn": lsn(15),
+                                               "upper_lsn": lsn(20), "snapshot_lsn": lsn(15), "evolve": True}
+    assert plain["customers_current"]["full"] == {"kind": "mart", "table": "customers", "full": True,
+                                                  "upper_lsn": lsn(20), "evolve": True}
+    assert "snapshot_lsn" not in plain["employees_history"]["full"]
+    # the ledger keeps them with the plan
+    assert json.loads(p.to_json(out))["plain"] == plain
 
 
 def test_a_batch_on_one_table_builds_that_table_only_and_the_others_move_to_the_bound():
@@ -313,8 +378,7 @@ def test_changes_arriving_at_or_below_the_watermark_rebuild_that_tables_marts():
     p = plan_run(timed)
     assert p.tables["customers"].late == lsn(6) and p.models["customers_history"].full
     assert p.tables["orders"].late is None and not p.models["orders_history"].full
-    assert facts_from_report({"run_id": "b2", "tables": [], "late_commit_times": {"Customers": lsn(6)}}
-                             ).late_commit_times == {"customers": lsn(6)}
+    assert facts_from_report(report(late_commit_times={"Customers": lsn(6)})).late_commit_times == {"customers": lsn(6)}
 
 
 def test_nothing_landed_and_every_mart_at_its_bound_is_nothing_to_do():
@@ -380,17 +444,19 @@ def test_event_tables_build_when_their_events_arrive_and_segments_count_for_ever
 def test_kafka_landed_events_plan_as_file_lines_and_offsets_rows_count_for_nothing():
     """Kafka sources land records as the channel's lines (begin_run leaves their offsets rows out
     of what landed): the report of a run that read two CES records from Kafka."""
-    report = {"run_id": "b2", "tables": [{"name": "employees", "channel": "ces", "instances": [], "digest": "d3"}],
-              "previous": {"run_id": "b1", "landed": {"ces": {"lsn": lsn(10), "batch": "b1"}}},
-              "landed_now": {"ces/orders-topic": 2}, "arrived": {"ces": {"lsn": lsn(12), "min_lsn": lsn(11), "batch": "b2"},
-                                                              "ces:employees": {"lsn": lsn(12), "min_lsn": lsn(11), "batch": "b2"}},
-              "watermarks": {"employees_current": {"lsn": lsn(10), "batch": "b1", "declaration": "d3"},
-                             "employees_history": {"lsn": lsn(10), "batch": "b1", "declaration": "d3"},
-                             "stg_ces__employees": {"batch": "b1"}, "stg_ces__events": {"batch": "b1"}},
-              "relations": ["stg_ces__employees", "employees_current", "employees_history", "stg_ces__events",
-                            "cdc_quarantine", "stg_cdc_metadata__lsn_time_mapping", "stg_cdc_metadata__change_tables",
-                            "stg_cdc_metadata__captured_columns"]}
-    f = facts_from_report(report)
+    kafka = report(
+        run_id="b2", tables=[{"name": "employees", "channel": "ces", "instances": [], "digest": "d3"}],
+        previous={"run_id": "b1", "landed": {"ces": {"lsn": lsn(10), "batch": "b1"}}},
+        landed_now={"ces/orders-topic": 2},
+        arrived={"ces": {"lsn": lsn(12), "min_lsn": lsn(11), "batch": "b2"},
+                 "ces:employees": {"lsn": lsn(12), "min_lsn": lsn(11), "batch": "b2"}},
+        watermarks={"employees_current": {"lsn": lsn(10), "batch": "b1", "declaration": "d3"},
+                    "employees_history": {"lsn": lsn(10), "batch": "b1", "declaration": "d3"},
+                    "stg_ces__employees": {"batch": "b1"}, "stg_ces__events": {"batch": "b1"}},
+        relations=["stg_ces__employees", "employees_current", "employees_history", "stg_ces__events",
+                   "cdc_quarantine", "stg_cdc_metadata__lsn_time_mapping", "stg_cdc_metadata__change_tables",
+                   "stg_cdc_metadata__captured_columns"])
+    f = facts_from_report(kafka)
     p = plan_run(f)
     assert f.landed_now == {"ces/orders-topic": 2}
     assert p.tables["employees"].apply and p.upper_lsn["ces"] == lsn(12)
@@ -478,7 +544,7 @@ def test_cleanup_retention_comes_from_the_newest_cdc_jobs_export_and_is_carried_
     assert retention(facts(cdc_jobs_retention="-5")).problem.endswith("keeping 4320 minutes (the default)")
     assert plan_run(facts(cdc_jobs_retention="60")).retention.minutes == 60
     row = {"run_id": "b1", "retention_minutes": 1440}
-    assert facts_from_report({"run_id": "b2", "tables": [], "previous": row}).previous.retention_minutes == 1440
+    assert facts_from_report(report(previous=row)).previous.retention_minutes == 1440
 
 
 def test_headroom_warns_under_the_threshold_and_always_once_cleanup_may_have_passed():

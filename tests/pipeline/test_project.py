@@ -159,3 +159,22 @@ def test_the_projects_yaml_files_round_trip_unchanged_through_the_editor(tmp_pat
         shutil.copy(source, copy)
         assert edit_yaml(copy, lambda document: True)
         assert copy.read_text() == source.read_text(), source
+
+
+def test_the_installed_dbt_is_the_one_readme_says_and_its_pins_agree():
+    """README "Versions": dbt-core and dbt-spark 1.11 (no 1.12.x after 1.12.0 installs from PyPI
+    alone), with sqlparse 0.6 or later (its denial-of-service fixes); what a fresh install
+    resolves (CI's set-up is one) and what the project and package metadata allow agree."""
+    from importlib.metadata import version
+
+    from packaging.version import Version
+
+    assert Version(version("dbt-core")).release[:2] == (1, 11), version("dbt-core")
+    assert Version(version("dbt-spark")).release[:2] == (1, 11), version("dbt-spark")
+    assert Version(version("sqlparse")) >= Version("0.6"), version("sqlparse")
+    project = yaml.safe_load((PROJECT_DIR / "dbt_project.yml").read_text())
+    assert project["require-dbt-version"] == [">=1.10.0", "<1.12.0"]
+    pins = (PROJECT_DIR / "pyproject.toml").read_text()
+    assert '"dbt-core>=1.10,<1.12"' in pins and '"sqlparse>=0.6"' in pins
+    readme = (PROJECT_DIR / "README.md").read_text()
+    assert "**dbt-core stays on 1.11**" in readme and "2026-12-19" in readme
