@@ -94,10 +94,13 @@ def test_gap_stops_the_run_naming_table_range_and_remedy(pipeline):
                          "where model_name = 'customers_current'")
     assert rows == [{"w": lsn_hex(first[-1].commit_lsn)}]
     # a plain dbt build of the table's mart stops at the same gap (it follows the run's plan)
-    failed = failures(Dbt(pipeline.project_dir, "local", {"cdc_raw_schema": pipeline.target.raw_schema}).build(
-        ["customers_current"], False))
+    plain = Dbt(pipeline.project_dir, "local", {"cdc_raw_schema": pipeline.target.raw_schema})
+    failed = failures(plain.build(["customers_current"], False))
     assert any(f"gap detected for tracked table customers: its marts need changes from LSN {needed}" in f
                for f in failed), failed
+    # the bound is the runner's: a plain build given one is refused with the remedy
+    failed = failures(plain.build(["customers_current"], False, run_vars={"cdc_upper_lsn": needed}))
+    assert any("var cdc_upper_lsn is no longer read" in f and "python -m runner run --upper-lsn" in f for f in failed), failed
     assert pipeline.rows("select max_by(watermark_lsn, recorded_at) as w from {s}.cdc_watermarks "
                          "where model_name = 'customers_current'") == rows
 
