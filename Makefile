@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
-	$(PY) -m runner.jars
+	$(PY) -m runner.spark.jars
 	touch $(STAMP)
 
 demo: check-java $(STAMP)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from cdc_simulator import ces_writer, debezium_writer, kafka_writer, landing_writer
 from cdc_simulator.simulate import Simulator, replay
-from runner.project import tracked_tables
+from runner.project.tables import tracked_tables
 
 DEMO_FORMATS = {"customers": "parquet", "order_lines": "csv"}
 
@@ -97,7 +97,7 @@ class DemoHistory:
 def kafka_sources(bootstrap: str, project_dir: Path) -> list:
     """The demo's Kafka sources on a broker without authentication (`make kafka-up`'s PLAINTEXT
     listener): one for the CES tables' topics, one for the Debezium connector's."""
-    from runner import kafka
+    from runner.sources import kafka
 
     tables = tracked_tables(project_dir)
     declared = {}

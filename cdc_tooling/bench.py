@@ -17,7 +17,7 @@ One process, one SparkSession, phases in this order (docs/performance.md "Perfor
    on it, 8. a full refresh of it;
 9. a no-op run in the session (a run's fixed cost; the report gives each incremental run's
    variable cost as its time minus this), 10. a no-op run as a fresh `python -m runner run`
-   process (Spark start-up included; it records what it saw, runner/unchanged.py) and 11. the
+   process (Spark start-up included; it records what it saw, runner/run/unchanged.py) and 11. the
    same run again, which finds nothing changed and exits before Spark.
 
 Between 5 and 6, the event channels: the 1x state and its batch as CES CloudEvents and as
@@ -52,9 +52,9 @@ import yaml
 
 from cdc_simulator import landing_writer
 from cdc_simulator.simulate import Column, TableSpec
-from runner import report
-from runner.project import copy_project
-from runner.scaffold import table_checks
+from runner.project.init import copy_project
+from runner.project.scaffold import table_checks
+from runner.run import report
 
 BASE_LSN = 0x0000002C_00000300_0000  # the first transaction's begin LSN
 LSN_STEP = 64  # LSNs per transaction: begin, up to 62 change rows, commit
@@ -649,9 +649,9 @@ def _stop_releasing_metastore(spark) -> None:
 
 
 def run_bench(cfg: BenchConfig, project_dir: Path, progress=None) -> dict:
-    from runner.cli import run_pipeline
-    from runner.profile import load_target
-    from runner.session import create_session
+    from runner.run.cli import run_pipeline
+    from runner.spark.profile import load_target
+    from runner.spark.session import create_session
 
     cfg.validate()
     progress = progress or report.Progress()
@@ -778,8 +778,8 @@ def many_tables_phases(spark, cfg: BenchConfig, project_dir: Path, work: Path, p
     each `many_repeats` times (the phase's time is the median: the machines are noisy): a run that
     finds nothing new, a batch of `many_batch` changes on each of the two tables (in both
     projects), then such a batch on every table of the large one."""
-    from runner.cli import run_pipeline
-    from runner.profile import load_target
+    from runner.run.cli import run_pipeline
+    from runner.spark.profile import load_target
 
     many = BenchConfig(tables=cfg.many_tables, columns=4, width=cfg.width, rows_per_transaction=1, seed=cfg.seed)
     tables = declarations(many)

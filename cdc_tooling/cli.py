@@ -11,13 +11,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from runner import cli as runner_cli
-from runner import report
 from runner.errors import EXIT_OK, RunnerError, UsageError
-from runner.folders import display, is_uri
-from runner.profile import load_target
-from runner.project import tracked_tables
-from runner.session import create_file_writer_session, create_session
+from runner.project.tables import tracked_tables
+from runner.run import cli as runner_cli
+from runner.run import report
+from runner.sources.folders import display, is_uri
+from runner.spark.profile import load_target
+from runner.spark.session import create_file_writer_session, create_session
 
 PROJECT_DIR = runner_cli.PROJECT_DIR
 

@@ -24,9 +24,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from runner import jars
 from runner.errors import EXIT_OK, InfrastructureError, RunnerError, UsageError
-from runner.session import check_java
+from runner.spark import jars
+from runner.spark.session import check_java
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 HOST = "127.0.0.1"

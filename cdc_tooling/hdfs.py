@@ -2,12 +2,12 @@
 up|down|status` (make hdfs-up / hdfs-down).
 
 Apache Hadoop's mini-cluster (a NameNode and one DataNode in one JVM) at pyspark's Hadoop
-release, from `hadoop-client-minicluster` fetched from Maven Central at set-up (runner/jars.py,
+release, from `hadoop-client-minicluster` fetched from Maven Central at set-up (runner/spark/jars.py,
 `<jar folder>/hdfs`). The NameNode listens on 127.0.0.1 (SQLSERVER_CDC_HDFS_PORT, default 19820),
 its web server with WebHDFS on SQLSERVER_CDC_HDFS_HTTP_PORT (default 19870), the DataNode on ports
 of its own choosing, all on the loopback interface, so the landing folder is e.g.
 `hdfs://127.0.0.1:19820/landing`, or the same folder as `webhdfs://127.0.0.1:19870/landing`
-(which a target whose Spark runs elsewhere lists through fsspec: runner/folders.py). Its blocks, log and pid file live
+(which a target whose Spark runs elsewhere lists through fsspec: runner/sources/folders.py). Its blocks, log and pid file live
 in one git-ignored folder (SQLSERVER_CDC_HDFS_DIR, default `<project>/.hdfs`); every `up` formats
 it anew (the mini-cluster keeps nothing across restarts), `down` stops it.
 """
@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cdc_tooling.daemons import HOST, LOG4J2, Service, answers, classpath, command_line, stop
-from runner import jars
 from runner.errors import InfrastructureError
-from runner.session import check_java
+from runner.spark import jars
+from runner.spark.session import check_java
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 DEFAULT_PORT = 19820

@@ -2,7 +2,7 @@
 up|down|status` (make kafka-up / kafka-down).
 
 One node in KRaft mode (broker and controller in one JVM, no ZooKeeper), from Kafka's own jars
-fetched from Maven Central at set-up (runner/jars.py, `<jar folder>/kafka-broker`) with Scala's
+fetched from Maven Central at set-up (runner/spark/jars.py, `<jar folder>/kafka-broker`) with Scala's
 library from pyspark. Every listener is bound to 127.0.0.1:
 - PLAINTEXT (SQLSERVER_CDC_KAFKA_PORT, default 19092): no authentication, for the demo and for
   producing in the tests;
@@ -28,9 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cdc_tooling.daemons import HOST, LOG4J2, Service, answers, classpath, command_line, stop
-from runner import jars
 from runner.errors import InfrastructureError
-from runner.session import check_java
+from runner.spark import jars
+from runner.spark.session import check_java
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 PORTS = {

@@ -35,8 +35,8 @@ def _session():
     """The session's SparkSession, as the runner creates it (Delta's jars named one by one). The
     first test to need Spark creates it, whichever that is: a dbt command run before it would
     otherwise create one from the profile's settings alone."""
-    from runner.profile import load_target
-    from runner.session import create_session
+    from runner.spark.profile import load_target
+    from runner.spark.session import create_session
 
     session = create_session(load_target(PROJECT_DIR, "local"), PROJECT_DIR)
     for key, value in INTERPRETED.items():
@@ -64,7 +64,7 @@ class Pipeline:
     """A pipeline in its own schema and landing folder, on the shared session."""
 
     def __init__(self, spark, schema: str, landing: Path, project_dir: Path = PROJECT_DIR):
-        from runner.profile import load_target
+        from runner.spark.profile import load_target
 
         self.spark = spark
         self.schema = schema
@@ -74,7 +74,7 @@ class Pipeline:
         self.target = load_target(PROJECT_DIR, "local")
 
     def run(self, **kwargs) -> list[dict]:
-        from runner.cli import run_pipeline
+        from runner.run.cli import run_pipeline
 
         os.environ["SQLSERVER_CDC_SCHEMA"] = self.schema
         return run_pipeline(self.project_dir, self.target, self.landing, **kwargs)
@@ -90,7 +90,7 @@ def _event_tables() -> tuple[str, ...]:
     """The demo tables fed by CES or Debezium (tests/channels/test_ces.py and tests/channels/test_debezium.py build
     them); the change-table tests leave them out, as their empty marts and tests cost each build
     about a third of its time."""
-    from runner.project import tracked_tables
+    from runner.project.tables import tracked_tables
 
     return tuple(t.name for t in tracked_tables(PROJECT_DIR) if t.channel != "change_tables")
 
@@ -191,7 +191,7 @@ def compile_sql(sql: str, vars: dict | None = None, project_dir: Path = PROJECT_
     the parse reused, as the runner reuses it: vars are read when the snippet renders."""
     from dbt.cli.main import dbtRunner
 
-    from runner.dbt import Dbt
+    from runner.run.dbt import Dbt
 
     _session()  # dbt's compile connects: to the runner's session, never one of its own
     dbt = Dbt(project_dir, "local")
@@ -246,7 +246,7 @@ def copy_project(destination: Path, extra_tables: dict[str, dict], replace: bool
                  drop: tuple[str, ...] = ()) -> Path:
     """A copy of the project with more tracked tables declared and their model files added (with
     replace, instead of the demo tables; drop removes the named demo tables)."""
-    from runner.project import copy_project as copy
+    from runner.project.init import copy_project as copy
 
     return copy(PROJECT_DIR, destination, extra_tables, replace=replace, drop=drop)
 

@@ -15,7 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from cdc_simulator import landing_writer
-from runner.project import Column, TableSpec, tracked_tables
+from runner.project.tables import Column, TableSpec, tracked_tables
 from tests.conftest import INTERPRETED, PROJECT_DIR, Pipeline, copy_project
 
 # the change-table demo tables (the CES and Debezium demo tables have tests of their own)
@@ -104,7 +104,7 @@ class Warehouse:
             assert time.monotonic() < deadline, f"no {what} within {TIMEOUT} s"
             time.sleep(0.02)
         if python_only:  # its JVM frozen first, as one stuck in its shutdown (it ends at once when its pipe closes)
-            jvm = json.loads((self.state / "runner.lock").read_text())["jvm_pid"]
+            jvm = json.loads((self.state / "runner.run.lock").read_text())["jvm_pid"]
             os.kill(jvm, signal.SIGSTOP)
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait(timeout=60)  # its output pipe stays open while the JVM holds it

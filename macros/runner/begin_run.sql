@@ -1,6 +1,6 @@
 {#- Used by the runner (dbt run-operation) after open_run: lands the new files (land_files) with
     the run's batch id and reports the facts the run is planned from as one log line
-    `sqlserver_cdc.begin_run <json>`. Its keys are runner/plan.py's Facts fields (their meaning is
+    `sqlserver_cdc.begin_run <json>`. Its keys are runner/run/plan.py's Facts fields (their meaning is
     written there, once) and REPORTED_OPTIONS; the runner refuses a report of another shape.
     Reads only the batches landed after the previous run (Delta skips earlier files by their
     _batch_id statistics) and small tables. -#}
@@ -95,7 +95,7 @@
     manifests, snapshots}. arrived: per source, {lsn, batch, records}: change_tables/<instance>
     (the largest __$start_lsn), snapshots/<table>, cdc_metadata/<entity> (lsn_time_mapping: the
     largest start_lsn), ces (the largest logicalid LSN) and debezium (the largest commit LSN of a
-    complete event; min_lsn the smallest, the replay check's floor: runner/plan.py), and per event
+    complete event; min_lsn the smallest, the replay check's floor: runner/run/plan.py), and per event
     table, ces:<table> / debezium:<table>, the events routed to it.
     A CES line whose table cannot be read before its message is reassembled (a segment of a split
     message) sets ces_unrouted to its batch; a Debezium snapshot's end marker (last) sets
@@ -263,7 +263,7 @@
 {#- Per change-table table, the smallest commit LSN of its trusted staged changes whose
     lsn_time_mapping row landed after batch `since` for the first time (no trusted staged row of
     that LSN yet) at or below the table's marts' watermark: they were applied without a commit
-    time, and the plan rebuilds the table's marts to give them one (runner/plan.py _late). Reads
+    time, and the plan rebuilds the table's marts to give them one (runner/run/plan.py _late). Reads
     this run's mapping rows; only when some are new and at or below a watermark, the staged
     mapping and the tables' staging at those LSNs (Delta skips the other files). -#}
 {% macro _late_commit_times(raw, since, tables, watermarks, relations) -%}

@@ -1,6 +1,6 @@
 {#- The window of the model being built (docs/marts.md "Watermarks and windows"), the one place
     models and materializations read their bounds from:
-    - in a runner's build, what the run planned for it (var cdc_plan, written by runner/plan.py);
+    - in a runner's build, what the run planned for it (var cdc_plan, written by runner/run/plan.py);
     - in a plain dbt build (run, build, retry), the window the last runner run left for it
       (the ledger's `plan`, see _plain_window);
     - otherwise (parse, compile, docs generate, the linter) a full window without bounds, which
@@ -43,7 +43,7 @@
 {#- A plain dbt build's window for model `name` (docs/marts.md "Watermarks and windows"), read
     from what the last runner run recorded; nothing is decided here. A staging model takes the
     batches after the last one it took in (its watermark; all with --full-refresh or when its
-    table does not exist). A mart takes the window that run left for it (runner/plan.py
+    table does not exist). A mart takes the window that run left for it (runner/run/plan.py
     plain_windows): what the run did not apply, or, with --full-refresh or when the mart does not
     exist, a rebuild up to the run's bound; a table the run stopped at a gap fails with the gap's
     message. Before any runner run a mart has nothing to apply (or is created from what is staged). -#}

@@ -1,5 +1,5 @@
 {#- Used by the runner (dbt run-operation) after the build, its last dbt invocation: counts what
-    the run did, records the watermarks runner/plan.py's `advance` decided and writes the run's
+    the run did, records the watermarks runner/run/plan.py's `advance` decided and writes the run's
     ledger row, once; logs `sqlserver_cdc.finish_run <json>` ({tables, streams}) for the runner
     to print. Three statements (and one per event channel the run staged): the counts of the
     tables the run staged or applied (the others keep the counts of the previous row), the

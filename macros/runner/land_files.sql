@@ -10,7 +10,7 @@
     Each file is read through its own temporary view (so every record carries its file as a
     literal, without input_file_name(), and each CSV file is read with its own header):
     csv as text with the header and dialect the runner read (RFC 4180 unless its folder declares
-    another: runner/landing.py csv_options), parquet with the file's schema, JSON lines as text
+    another: runner/sources/landing.py csv_options), parquet with the file's schema, JSON lines as text
     lines (blank lines skipped). Every record becomes a map of lower-cased column names to text
     (binary as 0x + uppercase hex); a JSON line is parsed to map<string,string> (nested values
     keep their JSON text; a line that is not a JSON object lands with a NULL map) and keeps its
@@ -209,7 +209,7 @@
     group by _source_file
 {%- endmacro %}
 
-{#- The rows landed from files (not from Kafka: runner/kafka.py, nor records). -#}
+{#- The rows landed from files (not from Kafka: runner/sources/kafka.py, nor records). -#}
 {% macro _landed_from_files() -%}
     landing_kind not in ('landed_files', 'kafka_offsets') and _source_file is not null and not startswith(_source_file, 'kafka:')
 {%- endmacro %}
@@ -340,7 +340,7 @@
 {#- A temporary view over one file. Spark expands glob characters in a path, so they are escaped.
     A CSV file is read as the runner parsed its header (file.csv.header, every column text; the
     first line is skipped) with file.csv.options (its dialect, encoding and record separator:
-    runner/landing.py csv_options); multiLine, so a quoted value may hold line breaks. -#}
+    runner/sources/landing.py csv_options); multiLine, so a quoted value may hold line breaks. -#}
 {% macro _landing_view_ddl(view, file) -%}
     {%- set path = modules.re.sub('([\\\\{}\\[\\]*?])', '\\\\\\1', file.path) -%}
     {%- set source = {'csv': "csv", 'parquet': "parquet", 'json': "text"}[file.format] -%}

@@ -1,6 +1,6 @@
 {#- The run ledger (docs/operations.md "The run ledger"): one row per runner run in <target
     schema>.cdc_runs (var cdc_ledger_table), a Delta table. finish_run writes a run's row once, at
-    its end, with the plan the run applied (runner/plan.py) and the outcome; begin_run reads the
+    its end, with the plan the run applied (runner/run/plan.py) and the outcome; begin_run reads the
     previous row, which the next plan continues from. status: succeeded, failed (a model or test
     failed, or a table stopped at a gap: see failed_nodes), nothing_to_do (nothing landed and
     every mart at its bound: no build). A killed run leaves no row: the next run takes in what it
@@ -102,7 +102,7 @@
     ledger of an earlier release gets its added columns) and reports, as `sqlserver_cdc.open_run
     {"last_batch": ...}`, the largest batch id recorded or landed: the ledger's largest run id, or
     a batch landed after it (a killed run's). The runner's batch id continues after it
-    (runner/plan.py batch_id). Reads the raw table's batches after the last recorded run only. -#}
+    (runner/run/plan.py batch_id). Reads the raw table's batches after the last recorded run only. -#}
 {% macro open_run(raw_schema=none) -%}
     {{ return(adapter.dispatch('open_run', 'sqlserver_cdc')(raw_schema=raw_schema)) }}
 {%- endmacro %}

@@ -2,7 +2,7 @@
     finish_run): records, for every staging model of a tracked table that built in this
     invocation, the last landing batch it holds (a fact read from it, so the next build takes the
     batches after it). A plain build records no mart watermark: which mart moves is the runner's
-    decision (runner/plan.py advance), and its next run applies the window again, with the same
+    decision (runner/run/plan.py advance), and its next run applies the window again, with the same
     result (the marts are idempotent over a window). -#}
 {% macro advance_watermarks(results) -%}
     {{ return(adapter.dispatch('advance_watermarks', 'sqlserver_cdc')(results)) }}

@@ -15,7 +15,7 @@ import yaml
 
 from cdc_simulator import landing_writer
 from cdc_simulator.simulate import ChangeRow, Column, Simulator, TableSpec, Transaction, mask_bytes
-from runner import report
+from runner.run import report
 from tests.conftest import Pipeline, copy_project
 from tests.expected import check_marts
 from tests.scenarios import KEY, NEW, OLD, TABLE, TYPES

@@ -12,9 +12,10 @@ import pytest
 
 from cdc_simulator import landing_writer
 from cdc_simulator.simulate import Simulator, lsn_hex
-from runner import landing, report
-from runner.dbt import Dbt, failures
 from runner.errors import PipelineFailed
+from runner.run import report
+from runner.run.dbt import Dbt, failures
+from runner.sources import landing
 from tests.conftest import Pipeline, copy_project
 from tests.expected import check_marts
 from tests.scenarios import CHANGE_TABLES as TABLES
@@ -106,7 +107,7 @@ def test_files_cut_short_and_bad_manifests_are_refused_and_unlisted_files_wait(t
     assert "not a JSON document" in got["change_tables/dbo_managed/m4.manifest.json"]["refused"]
     assert "in the folder of dbo_managed" in got["change_tables/dbo_managed/m5.manifest.json"]["refused"]
     assert "outside change_tables/dbo_managed/" in got["change_tables/dbo_managed/m6.manifest.json"]["refused"]
-    # a manifest's mistakes are named by field (runner/config.py)
+    # a manifest's mistakes are named by field (runner/project/config.py)
     assert got["change_tables/dbo_managed/m7.manifest.json"]["refused"].startswith(
         "export manifest: unknown field(s) note; through_lsn: Field required; files.0.rows: Input should be a valid "
         "integer; this manifest has capture_instance, through_lsn, after_lsn and files")
@@ -115,7 +116,7 @@ def test_files_cut_short_and_bad_manifests_are_refused_and_unlisted_files_wait(t
     assert got["snapshots/customers/s1.manifest.json"]["lsns"] == {"snapshot_lsn": "0x0000002C000003000010"}
     assert "a snapshot lands only with its manifest" in got["snapshots/places/alone.csv"]["waiting"]
     assert "table is 'customers', but the manifest is in the folder of places" in got["snapshots/places/other.manifest.json"]["refused"]
-    # what waits is said once per folder and kind of wait, with the remedy (runner/report.py waiting_lines)
+    # what waits is said once per folder and kind of wait, with the remedy (runner/run/report.py waiting_lines)
     (managed / "stray2.csv").write_text("a\n1\n")
     waiting = [{"file": r, "reason": e["waiting"], "wait": e["wait"]} for r, e in sorted(_entries(tmp_path).items())
                if "waiting" in e]

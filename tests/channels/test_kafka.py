@@ -24,9 +24,9 @@ from kafka.admin import KafkaAdminClient, NewPartitions
 from cdc_simulator.demo_data import DemoHistory
 from cdc_simulator.kafka_writer import produce
 from cdc_tooling.kafka_broker import Broker, down, up
-from runner import kafka
 from runner.errors import PipelineFailed, UsageError
-from runner.report import Progress
+from runner.run.report import Progress
+from runner.sources import kafka
 from tests.conftest import Pipeline, copy_project, free_ports
 from tests.scenarios import Warehouse
 

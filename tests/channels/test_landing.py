@@ -10,9 +10,9 @@ import re
 
 import pytest
 
-from runner import landing
-from runner.dbt import Dbt
 from runner.errors import InfrastructureError, UsageError
+from runner.run.dbt import Dbt
+from runner.sources import landing
 from tests.conftest import PROJECT_DIR
 
 

@@ -17,9 +17,9 @@ import pytest
 
 from cdc_simulator import landing_writer
 from cdc_simulator.simulate import Simulator
-from runner import landing
 from runner.errors import UsageError
-from runner.folders import display, is_uri, open_folder
+from runner.sources import landing
+from runner.sources.folders import display, is_uri, open_folder
 from tests.conftest import EVENT_TABLES, copy_project
 from tests.scenarios import CHANGE_TABLES, FORMATS, TIMEOUT, Warehouse, expected_state
 

@@ -12,8 +12,8 @@ import pytest
 
 from cdc_simulator import landing_writer
 from cdc_simulator.simulate import ChangeRow, Simulator, Transaction, lsn_hex, mask_bytes
-from runner import report
 from runner.errors import PipelineFailed
+from runner.run import report
 from tests.expected import check_marts, snapshot_versions
 from tests.scenarios import CHANGE_TABLES as TABLES
 from tests.scenarios import FORMATS

@@ -64,15 +64,15 @@ def test_a_declared_table_without_its_model_files_is_a_usage_error_naming_them(t
 
 
 def test_a_run_is_skipped_only_when_landing_warehouse_project_and_target_are_as_the_last_run_left_them(tmp_path):
-    """The record that lets a run with nothing new exit before Spark (runner/unchanged.py): any
+    """The record that lets a run with nothing new exit before Spark (runner/run/unchanged.py): any
     new or changed landing file, any Delta commit in the warehouse, any edit of the project and
     another target (schema) make the next run a real one. The runner's use of it is exercised by
     the fault test's last run; here every invalidation, without Spark."""
     import os
     import shutil
 
-    from runner.profile import Target
-    from runner.unchanged import LastRun
+    from runner.run.unchanged import LastRun
+    from runner.spark.profile import Target
 
     project = tmp_path / "project"
     for name in ("dbt_project.yml", "profiles.yml", "models/staging/x.sql", "macros/m.sql"):

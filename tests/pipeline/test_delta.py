@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from runner import jars
-from runner.lock import RunnerLock, WarehouseBusy, describe_previous
-from runner.profile import load_target
+from runner.run.lock import RunnerLock, WarehouseBusy, describe_previous
+from runner.spark import jars
+from runner.spark.profile import load_target
 from tests.conftest import PROJECT_DIR
 
 
@@ -59,11 +59,11 @@ def test_plain_dbt_on_a_new_warehouse_prints_no_error_and_writes_delta(tmp_path)
 
 
 def test_the_lock_names_its_holder_waits_and_takes_over_a_dead_holders_lock(tmp_path):
-    path = tmp_path / "runner.lock"
+    path = tmp_path / "runner.run.lock"
     holder = RunnerLock(path, "local").acquire()
     try:
         with pytest.raises(WarehouseBusy, match=rf"another runner holds this warehouse: pid {os.getpid()} on host "
-                                                r".*, started .*, target local \(lock .*runner.lock\); wait for it"):
+                                                r".*, started .*, target local \(lock .*runner.run.lock\); wait for it"):
             RunnerLock(path, "local").acquire()
         with pytest.raises(WarehouseBusy, match="holds this warehouse after waiting 0.3 s"):
             RunnerLock(path, "local").acquire(wait_seconds=0.3)
@@ -72,7 +72,7 @@ def test_the_lock_names_its_holder_waits_and_takes_over_a_dead_holders_lock(tmp_
     with RunnerLock(path, "local").acquire() as clean:
         assert clean.previous is None  # released cleanly: nothing to take over
     # a process killed while holding it leaves its record but not the lock
-    code = ("import os, sys; from pathlib import Path; from runner.lock import RunnerLock; "
+    code = ("import os, sys; from pathlib import Path; from runner.run.lock import RunnerLock; "
             f"RunnerLock(Path({str(path)!r}), 'local').acquire(); os._exit(9)")
     assert subprocess.run([sys.executable, "-c", code], cwd=PROJECT_DIR, check=False).returncode == 9
     dead = json.loads(path.read_text())
@@ -85,7 +85,7 @@ def test_the_lock_names_its_holder_waits_and_takes_over_a_dead_holders_lock(tmp_
 def test_a_second_runner_process_exits_2_naming_the_holder(tmp_path):
     (tmp_path / "landing").mkdir()
     state = tmp_path / "state"
-    with RunnerLock(state / "runner.lock", "local").acquire():
+    with RunnerLock(state / "runner.run.lock", "local").acquire():
         result = subprocess.run(
             [sys.executable, "-m", "runner", "run", "--landing", str(tmp_path / "landing")], cwd=PROJECT_DIR,
             env={**os.environ, "SQLSERVER_CDC_STATE_DIR": str(state)}, capture_output=True, text=True,

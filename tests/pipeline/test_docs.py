@@ -9,7 +9,7 @@ import shlex
 
 import pytest
 
-from runner.project import model_files, tracked_tables
+from runner.project.tables import model_files, tracked_tables
 from tests.conftest import PROJECT_DIR
 
 PAGES = [PROJECT_DIR / "README.md", *sorted((PROJECT_DIR / "docs").glob("*.md"))]
@@ -73,7 +73,7 @@ def _dbt_check(args: list[str], command: str) -> None:
 @pytest.mark.parametrize(("page", "command"), COMMANDS, ids=[f"{p}: {c}" for p, c in COMMANDS])
 def test_every_command_the_docs_show_exists_and_parses(page, command):
     from cdc_tooling.cli import _parser as tooling_parser
-    from runner.cli import _parser as runner_parser
+    from runner.run.cli import _parser as runner_parser
 
     words = shlex.split(command)
     if command.startswith("python -m runner "):
@@ -99,7 +99,7 @@ def test_the_docs_show_commands_of_every_kind():
     assert any(c.startswith("dbt show --inline ") for c in readme)
     with pytest.raises(AssertionError, match="has no option"):
         _dbt_check(["show", "--no-such-flag"], "dbt show --no-such-flag")
-    from runner.cli import _parser
+    from runner.run.cli import _parser
 
     with pytest.raises(AssertionError, match="scaffold has no option"):
         _argparse_check(_parser(), ["scaffold", "--nmae", "a=b"], "python -m runner scaffold --nmae a=b")

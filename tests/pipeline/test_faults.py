@@ -19,7 +19,7 @@ import time
 import pytest
 
 from cdc_simulator.simulate import Simulator
-from runner.lock import process_start
+from runner.run.lock import process_start
 from tests.conftest import EVENT_TABLES, copy_project
 from tests.scenarios import CHANGE_TABLES, TIMEOUT, Warehouse, expected_state
 
@@ -90,7 +90,7 @@ def test_killed_runs_rerun_to_the_same_marts_readers_see_whole_commits_one_runne
     land(sim.run(20) + [sim.transaction(statements=2, kinds=("delete",)) for _ in range(3)], "b3")
     files, committed = wh.data_files("customers_current"), wh.commits("customers_current")
     wh.kill_when(lambda: wh.data_files("customers_current") > files, "MERGE into customers_current", python_only=True)
-    jvm = json.loads((tmp_path / "state" / "runner.lock").read_text())["jvm_pid"]
+    jvm = json.loads((tmp_path / "state" / "runner.run.lock").read_text())["jvm_pid"]
     assert process_start(jvm) is not None
     kills = [("MERGE into customers_current", wh.commits("customers_current") == committed)]
 
@@ -145,7 +145,7 @@ def test_killed_runs_rerun_to_the_same_marts_readers_see_whole_commits_one_runne
     reader = threading.Thread(target=read_while_running)
     reader.start()
     try:
-        lock = tmp_path / "state" / "runner.lock"
+        lock = tmp_path / "state" / "runner.run.lock"
         deadline = time.monotonic() + 120
         while not (lock.exists() and f'"pid": {holder.pid}' in lock.read_text()):
             assert holder.poll() is None and time.monotonic() < deadline, "the first runner never took the lock"

@@ -11,8 +11,8 @@ import pytest
 
 from cdc_simulator import landing_writer
 from cdc_simulator.simulate import Simulator, lsn_hex
-from runner.dbt import Dbt, failures
 from runner.errors import PipelineFailed
+from runner.run.dbt import Dbt, failures
 from tests.expected import check_marts
 from tests.scenarios import CHANGE_TABLES as TABLES
 from tests.scenarios import FORMATS, NAMES

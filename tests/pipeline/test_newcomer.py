@@ -15,9 +15,9 @@ import pytest
 
 from cdc_simulator import landing_writer
 from cdc_simulator.simulate import Simulator
-from runner import cli
-from runner.dbt import Dbt
-from runner.project import Column, TableSpec, tracked_tables
+from runner.project.tables import Column, TableSpec, tracked_tables
+from runner.run import cli
+from runner.run.dbt import Dbt
 from tests.conftest import PROJECT_DIR, Pipeline, copy_project
 from tests.expected import check_marts
 

@@ -10,7 +10,7 @@ import pytest
 
 from cdc_simulator import landing_writer
 from cdc_simulator.simulate import Simulator, lsn_hex
-from runner import cli, report
+from runner.run import cli, report
 from tests.conftest import last_execution, table_scans
 from tests.expected import check_marts, current_state
 from tests.scenarios import CHANGE_TABLES as TABLES
@@ -324,7 +324,7 @@ def test_batches_build_marts_reading_only_their_batch_a_rerun_changes_nothing_a_
     check_marts(pipeline, sim, sim.transactions[-1].commit_lsn)
     # the audit runs every data test on whole tables: it passes, then catches a second current
     # version of a key that no batch-scoped check of a later run would look at
-    from runner.cli import main
+    from runner.run.cli import main
 
     project = ["--project-dir", str(pipeline.project_dir)]
     assert main(["audit", *project]) == 0
@@ -353,8 +353,8 @@ def test_a_run_builds_only_the_tables_with_changes_and_each_costs_a_fixed_few_st
         write_reference,
         write_workload,
     )
-    from runner.cli import run_pipeline
-    from runner.profile import load_target
+    from runner.run.cli import run_pipeline
+    from runner.spark.profile import load_target
     from tests.conftest import PROJECT_DIR
 
     # four tables prove what twelve did (the benchmark measures the cost with 12 and 50): two

@@ -1,4 +1,4 @@
-"""runner/plan.py without Spark: every rule a run's plan decides (bounds per channel, the export
+"""runner/run/plan.py without Spark: every rule a run's plan decides (bounds per channel, the export
 cut, lagging and dropped capture instances, snapshots, gaps, what to build, nothing to do, event
 routing, Kafka-landed events) and how the watermarks move after the build."""
 
@@ -8,7 +8,8 @@ import json
 
 import pytest
 
-from runner.plan import (
+from runner.run.plan import (
+    BuildCommand,
     Facts,
     Landed,
     Manifest,
@@ -22,6 +23,7 @@ from runner.plan import (
     Watermark,
     advance,
     batch_id,
+    dbt_build,
     export_cut,
     facts_from_report,
     lsn_increment,
@@ -30,7 +32,7 @@ from runner.plan import (
     report_keys,
     retention,
 )
-from runner.report import headroom_warnings
+from runner.run.report import headroom_warnings
 
 CUSTOMERS = Table("customers", "change_tables", (("dbo_customers", False),), "d1")
 ORDERS = Table("orders", "change_tables", (("dbo_orders", False),), "d2")
@@ -154,6 +156,34 @@ def test_a_plain_dbt_build_takes_what_the_last_run_left_or_a_rebuild_up_to_its_b
     assert "snapshot_lsn" not in plain["employees_history"]["full"]
     # the ledger keeps them with the plan
     assert json.loads(p.to_json(out))["plain"] == plain
+
+
+def test_the_dbt_build_a_plan_makes():
+    """What the run's dbt build selects: nothing when nothing is due; the plan's models and the seeds
+    due, without the audit tests and the loaded seeds (no schema listing for staging and marts);
+    with a full refresh the whole project, audits included; with --select what the user chose."""
+    seeds = {**SEEDS, "sqlserver_types": Seed("sqlserver_types", "t2")}  # its file changed
+    settled_marks = {**settled(*ALL), "cdc_operations": Watermark(declaration="c1"),
+                     "sqlserver_types": Watermark(declaration="t1")}
+    quiet = facts(previous=previous(), seeds=SEEDS, watermarks=settled_marks)
+    assert plan_run(quiet).status == "nothing_to_do" and dbt_build(plan_run(quiet), quiet) is None
+    batch = facts(arrived=arrived(cdc_metadata__lsn_time_mapping=(11, 20), change_tables__dbo_customers=(12, 19)),
+                  seeds=seeds, watermarks=settled_marks)
+    p = plan_run(batch)
+    command = dbt_build(p, batch)
+    assert command.select == (*p.build, "sqlserver_types") and "customers_current" in command.select
+    assert command.exclude == ("tag:cdc_audit", "cdc_operations") and not command.full_refresh
+    assert command.populate_cache  # a seed loads: dbt's seed materialization looks its table up
+    p = plan_run(batch, Options(full_refresh=True))
+    assert dbt_build(p, batch) == BuildCommand((), ("cdc_operations",), True, True)
+    p = plan_run(batch, Options(select=("customers_current",)))
+    assert dbt_build(p, batch) == BuildCommand(("customers_current",), ("tag:cdc_audit",), False, True)
+    # an arrival that changes no table's window and no seed due: no build
+    late = facts(arrived=arrived(snapshots__nothing=(3, 3)), seeds=SEEDS, watermarks=settled_marks)
+    assert plan_run(late).status == "build" and dbt_build(plan_run(late), late) is None
+    only_marts = facts(arrived=arrived(cdc_metadata__lsn_time_mapping=(11, 20), change_tables__dbo_customers=(12, 19)),
+                       seeds=SEEDS, watermarks=settled_marks)
+    assert not dbt_build(plan_run(only_marts), only_marts).populate_cache
 
 
 def test_a_batch_on_one_table_builds_that_table_only_and_the_others_move_to_the_bound():

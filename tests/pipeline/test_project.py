@@ -134,9 +134,9 @@ def test_a_declared_name_that_generated_sql_cannot_carry_is_refused_naming_it(ch
     ({"columns": [{"name": True, "type": "int", "ordinal": 1}]}, "columns.0.name: Input should be a valid string"),
 ])
 def test_the_runner_refuses_a_declaration_it_cannot_read_naming_the_table_and_field(tmp_path, change, message):
-    """Before Spark starts (runner/config.py), with the field's path; the dbt side checks the rest."""
+    """Before Spark starts (runner/project/config.py), with the field's path; the dbt side checks the rest."""
     from runner.errors import UsageError
-    from runner.project import tracked_tables
+    from runner.project.tables import tracked_tables
 
     config = yaml.safe_load((PROJECT_DIR / "dbt_project.yml").read_text())
     config["vars"]["cdc_tracked_tables"]["customers"].update(change)
@@ -146,11 +146,11 @@ def test_the_runner_refuses_a_declaration_it_cannot_read_naming_the_table_and_fi
 
 
 def test_the_projects_yaml_files_round_trip_unchanged_through_the_editor(tmp_path):
-    """init and scaffold edit dbt_project.yml and the models' YAML in place (runner/project.py
+    """init and scaffold edit dbt_project.yml and the models' YAML in place (runner/project/tables.py
     edit_yaml): rewriting any of them without a change gives the same bytes."""
     import shutil
 
-    from runner.project import edit_yaml
+    from runner.project.yaml_edit import edit_yaml
 
     files = [PROJECT_DIR / "dbt_project.yml", *sorted((PROJECT_DIR / "models").rglob("*.yml"))]
     assert len(files) > 5

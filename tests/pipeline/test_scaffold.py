@@ -12,7 +12,7 @@ import yaml
 
 from cdc_simulator import landing_writer
 from cdc_simulator.simulate import Simulator
-from runner import scaffold
+from runner.project import scaffold
 from tests.conftest import EVENT_TABLES, PROJECT_DIR, Pipeline, copy_project
 from tests.expected import check_marts
 from tests.scenarios import CHANGE_TABLES as TABLES
@@ -228,13 +228,13 @@ def _blocks(text: str) -> dict[str, str]:
 
 
 def test_tables_are_removed_and_declared_in_place_keeping_every_other_line(tmp_path):
-    """init's removal (runner.project.remove_tables) takes out exactly each table's lines and the
+    """init's removal (runner.project.tables.remove_tables) takes out exactly each table's lines and the
     comments above it, whatever else is removed with it; scaffold appends a declaration in the
     demo's layout and keeps the lines after the tables where they were."""
     import itertools
 
-    from runner.project import copy_project as copy
-    from runner.project import remove_tables
+    from runner.project.init import copy_project as copy
+    from runner.project.init import remove_tables
 
     original = (PROJECT_DIR / "dbt_project.yml").read_text()
     blocks = _blocks(original)

@@ -1,7 +1,7 @@
 """The same project on a Spark cluster: a local standalone cluster (master, two workers and one
 server application serving Thrift and Spark Connect, cdc_tooling/cluster.py) runs the demo through
 `python -m runner run --target cluster`, then over Spark Connect with the runner listing the same
-landing folder on HDFS (cdc_tooling/hdfs.py) through WebHDFS and fsspec (runner/folders.py), then,
+landing folder on HDFS (cdc_tooling/hdfs.py) through WebHDFS and fsspec (runner/sources/folders.py), then,
 its server stopped, with the runner as the driver of a cluster application whose landing folder
 and warehouse are on HDFS; every mart equals, row for row, the one the embedded session builds
 from the same landing files. The cluster listens on 127.0.0.1 only and leaves no process behind."""
@@ -22,8 +22,8 @@ import pytest
 from cdc_simulator import demo_data
 from cdc_tooling.cluster import PORTS, Cluster, down, listening, process_tree, up
 from cdc_tooling.hdfs import Hdfs
-from runner import report
-from runner.project import tracked_tables
+from runner.project.tables import tracked_tables
+from runner.run import report
 from tests.conftest import PROJECT_DIR, Pipeline, free_ports
 
 pytestmark = [pytest.mark.service, pytest.mark.processes]

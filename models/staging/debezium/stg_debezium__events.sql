@@ -4,7 +4,7 @@
 -- runner's begin_run reads too. A Delta table appended per landing batch: each line is decoded
 -- once; a replay is looked up among the staged events at or above the smallest commit LSN of
 -- the new lines (a literal: Delta skips older files). A runner's plan gives that floor when its
--- facts read it (the window's lower_lsn: runner/plan.py _replay_floor); otherwise it is queried.
+-- facts read it (the window's lower_lsn: runner/run/plan.py _replay_floor); otherwise it is queried.
 -- Built only when a tracked table declares channel debezium.
 {{ config(enabled=sqlserver_cdc.channel_declared('debezium')) }}
 {{ sqlserver_cdc._staged_table_config() }}

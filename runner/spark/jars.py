@@ -7,7 +7,7 @@ needs no network.
 Delta's coordinates are the ones Delta's own Python package asks Spark for
 (`delta.configure_spark_with_delta_pip`: `io.delta:delta-spark_<spark major.minor>_2.13:<version>`);
 Spark's own resolver (Ivy, `spark-submit --packages`) fetches them and their dependencies into
-`<jar folder>/ivy` during `python -m runner.jars` (run by `make` at install, or by the first
+`<jar folder>/ivy` during `python -m runner.spark.jars` (run by `make` at install, or by the first
 session that finds the folder empty), and the jars are copied flat into the jar folder. The
 runner's sessions then name them one by one (`spark.jars`, which also ships them to a cluster's
 executors), never a remote package. Delta's own jars are also linked into `<jar folder>/driver/`,
@@ -15,7 +15,7 @@ the folder the profile puts on a plain dbt session's classpath (`spark.driver.ex
 <jar folder>/driver/*`): `spark.jars` takes no glob (Spark prints an ERROR and a stack trace on
 each start), and the whole folder on the classpath would put its older Jackson before Spark's.
 
-`python -m runner.jars` prints what it fetched and its size; it is idempotent.
+`python -m runner.spark.jars` prints what it fetched and its size; it is idempotent.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from runner.errors import InfrastructureError
 MARKER = ".resolved"
 
 
-RUNNER_HOME = Path(__file__).resolve().parent.parent  # the checkout the runner is installed from
+RUNNER_HOME = Path(__file__).resolve().parents[2]  # the checkout the runner is installed from
 
 
 def jars_dir() -> Path:

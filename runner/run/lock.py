@@ -43,7 +43,7 @@ def state_dir(project_dir: Path) -> Path:
 
 def lock_path(target, project_dir: Path) -> Path:
     if target.method == "session" and not target.remote:
-        return state_dir(project_dir) / "runner.lock"
+        return state_dir(project_dir) / "runner.run.lock"
     server = target.remote or target.address  # a server's warehouse (Thrift, http, Spark Connect)
     safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in f"{server}-{target.schema}")
     return project_dir / ".state" / "locks" / f"{target.name}-{safe}.lock"

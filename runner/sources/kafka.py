@@ -43,8 +43,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from runner.config import KafkaSourceSpec, explain, project_vars
 from runner.errors import InfrastructureError, UsageError
+from runner.project.config import KafkaSourceSpec, explain, project_vars
 
 CHANNELS = ("ces", "debezium")
 OFFSETS_KIND = "kafka_offsets"

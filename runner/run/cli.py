@@ -14,17 +14,18 @@ import uuid
 from datetime import datetime, timezone
 from pathlib import Path
 
-from runner import kafka, landing, plan, report
-from runner.dbt import Dbt, failures
 from runner.errors import EXIT_OK, InfrastructureError, PipelineFailed, RunnerError, UsageError
-from runner.folders import Folder, display, is_uri, open_folder
-from runner.lock import RunnerLock, describe_previous, lock_path, state_dir
-from runner.profile import load_target
-from runner.project import check_model_files, exported_columns
-from runner.session import create_file_writer_session, create_session
-from runner.unchanged import LastRun
+from runner.project.tables import check_model_files, exported_columns
+from runner.run import plan, report
+from runner.run.dbt import Dbt, failures
+from runner.run.lock import RunnerLock, describe_previous, lock_path, state_dir
+from runner.run.unchanged import LastRun
+from runner.sources import kafka, landing
+from runner.sources.folders import Folder, display, is_uri, open_folder
+from runner.spark.profile import load_target
+from runner.spark.session import create_file_writer_session, create_session
 
-PROJECT_DIR = Path(__file__).resolve().parent.parent
+PROJECT_DIR = Path(__file__).resolve().parents[2]
 
 
 def common_arguments(p: argparse.ArgumentParser) -> None:
@@ -93,17 +94,17 @@ def run_pipeline(project_dir: Path, target, landing_dir: Path | str | Folder, *,
                  min_headroom: float | None = None, notes: list | None = None,
                  timings: dict | None = None) -> list[dict]:
     """Lands, plans, builds and reports one run; returns the summary rows (one per tracked table)
-    and adds the build's node results (runner.plan.NodeResult) to `nodes` when given.
+    and adds the build's node results (runner.run.plan.NodeResult) to `nodes` when given.
     Four dbt invocations on one parse of the project (docs/operations.md "The runner"): `run-operation
     open_run` creates what is missing and reports the last batch, which the run's batch id follows
     (plan.batch_id); `run-operation begin_run` lands the new files and reports the facts the run is
-    planned from; runner/plan.py
+    planned from; runner/run/plan.py
     decides the windows and what to build; `dbt build` builds only that (the plan reaches the
     models as var cdc_plan); `run-operation finish_run` records the watermarks the plan's
     `advance` moved and writes the run ledger's row, once. Every step is SQL sent through dbt, so
     it runs on whatever Spark the target names (for a session target, the caller has created the
     SparkSession first), except landing from Kafka sources (default: the project's), which
-    appends to the raw table from the session before begin_run (runner/kafka.py). Raises
+    appends to the raw table from the session before begin_run (runner/sources/kafka.py). Raises
     PipelineFailed (also when strict and this run's batches quarantined rows, or when a Kafka
     source stopped at a retention gap). `notes` receives what the run said about files that wait and the
     cut (report.landing_lines): true until the landing folder or the warehouse change. `timings` receives
@@ -160,26 +161,18 @@ def run_pipeline(project_dir: Path, target, landing_dir: Path | str | Folder, *,
     for line in report.window_lines(facts, the_plan):
         progress.step(line)
     results: list[plan.NodeResult] = []
+    command = plan.dbt_build(the_plan, facts)
     if the_plan.status == "nothing_to_do":
         progress.step("nothing new landed and every mart is at its upper bound: nothing to build")
-    elif not (select or full_refresh or the_plan.build or the_plan.build_seeds):
+    elif command is None:
         progress.step("no table has changes in its window: nothing to build")
     else:
-        selection = list(select) if select or full_refresh else the_plan.build + list(the_plan.seeds)
-        # an incremental run checks what it changed; a full refresh audits whole tables (docs/operations.md
-        # "Checks: batch and audit"); both leave out the seeds loaded already and unchanged (they only
-        # document the vocabulary and feed data tests)
-        loaded = [] if select else sorted(set(facts.seeds) - set(the_plan.seeds))
-        exclude = ([] if full_refresh else ["tag:cdc_audit"]) + loaded
         progress.step("dbt build" + (" --full-refresh" + (", staging rebuilt from the raw table" if restage else
                                                             ", the marts from what is staged") if full_refresh else "")
                       + ("" if select or full_refresh else f" of {len(the_plan.build)} model(s)"))
-        # dbt's own materializations (seeds, views) look relations up in its cache; the project's
-        # (staging, marts) never do, so an incremental run skips listing the schema
-        plain = bool(select or full_refresh or the_plan.build_seeds or set(the_plan.build) & set(plan.VIEWS))
         clock = time.monotonic()
-        results = dbt.build(selection, full_refresh, exclude=exclude, run_vars={"cdc_plan": the_plan.var()},
-                            populate_cache=plain)
+        results = dbt.build(list(command.select), command.full_refresh, exclude=list(command.exclude),
+                            run_vars={"cdc_plan": the_plan.var()}, populate_cache=command.populate_cache)
         timings["build"] = time.monotonic() - clock
         progress.step(f"built {sum(1 for r in results if r.resource_type in ('model', 'test', 'seed'))} node(s) in "
                       f"{timings['build']:.1f} s")
@@ -284,7 +277,7 @@ def _land_kafka(target, sources: list, batch_id: str, accept_gap, progress) -> l
 
 def _refused(refused: list[str], stopped: list[str] = ()) -> list[str]:
     """What the run says about sources that landed nothing: Kafka partitions stopped at a gap,
-    files refused (their tables wait for them, see runner/plan.py _held)."""
+    files refused (their tables wait for them, see runner/run/plan.py _held)."""
     problems = []
     if stopped:
         problems.append(f"{len(stopped)} Kafka partition(s) stopped their source (listed above): it landed nothing, "
@@ -318,7 +311,7 @@ def main(argv: list[str] | None = None, kafka_sources: list | None = None) -> in
             kafka_sources = kafka.sources(args.project_dir) if args.command == "run" else []
         # a local folder, or a URI listed through fsspec for a target whose Spark runs elsewhere, is listed
         # before Spark starts; a URI on a session target through Hadoop in the runner's SparkSession
-        # (runner/folders.py)
+        # (runner/sources/folders.py)
         through_spark = is_uri(_landing_dir(args)) and target.owns_jvm
         folder = open_folder(_landing_dir(args), hadoop=target.owns_jvm)  # a URI with a secret is refused here
         if args.command == "run" and not kafka_sources and not through_spark:
@@ -423,7 +416,8 @@ def _pairs(items: list[str], option: str, form: str) -> dict[str, str]:
 def _init(args, progress) -> int:
     """Removes the demo's tables (declared with `demo: true`) from the project, once the demo's
     data is gone (docs/tables.md "Your own tables")."""
-    from runner.project import remove_tables, tracked_tables
+    from runner.project.init import remove_tables
+    from runner.project.tables import tracked_tables
 
     demo = [t.name for t in tracked_tables(args.project_dir) if t.demo]
     if not demo:
@@ -446,7 +440,7 @@ def _init(args, progress) -> int:
 
 
 def _scaffold(args, progress) -> int:
-    from runner import scaffold
+    from runner.project import scaffold
 
     keys = {table: [c.strip() for c in columns.split(",") if c.strip()]
             for table, columns in _pairs(args.key, "--key", "TABLE=COLUMN[,COLUMN]").items()}

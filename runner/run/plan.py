@@ -178,7 +178,7 @@ class Facts:
     # missing or the checksum it was loaded with (its watermark's declaration) differs
     seeds: dict[str, Seed] = field(default_factory=dict)
     refused: tuple[str, ...] = ()
-    waiting: tuple[dict, ...] = ()  # files that wait: {file, reason, wait} (runner/landing.py WAITS)
+    waiting: tuple[dict, ...] = ()  # files that wait: {file, reason, wait} (runner/sources/landing.py WAITS)
     ignored: tuple[str, ...] = ()  # "<file>: <columns> not declared ..." per file landed with extra columns
     # per change-table table, the smallest commit LSN of its staged changes whose lsn_time_mapping
     # row landed in these batches for the first time, at or below its marts' watermark: they were
@@ -202,7 +202,7 @@ class Options:
     restage: bool = False  # --restage: every staging table rebuilt from the raw table too (a full refresh)
     select: tuple[str, ...] = ()  # a dbt selection given by the user (--select)
     manifests_required: bool = False  # var cdc_export_manifests: required
-    # files the runner's two listings found still being written (runner/landing.py files_to_land)
+    # files the runner's two listings found still being written (runner/sources/landing.py files_to_land)
     unsettled: tuple[str, ...] = ()
 
 
@@ -540,6 +540,35 @@ def plan_run(facts: Facts, options: Options = Options()) -> Plan:
         select=tuple(options.select), views_digest=facts.views_digest, retention=retention(facts))
 
 
+@dataclass(frozen=True)
+class BuildCommand:
+    """The run's `dbt build` (runner/run/dbt.py Dbt.build's arguments)."""
+
+    select: tuple[str, ...]  # empty: the whole project
+    exclude: tuple[str, ...]
+    full_refresh: bool
+    populate_cache: bool  # whether dbt lists the schema's relations first
+
+
+def dbt_build(plan: Plan, facts: Facts) -> BuildCommand | None:
+    """The run's dbt build, or None when there is none: nothing to do, or no table with changes in
+    its window, no model and no seed due. With --select or a full refresh, what the user chose (a
+    full refresh: the whole project); otherwise the plan's models and the seeds due. An incremental
+    run checks what it changed (the audit tests, tag cdc_audit, left out), a full refresh audits
+    whole tables (docs/operations.md "Checks: batch and audit"); both leave out the seeds already
+    loaded and unchanged. dbt's own materializations (seeds, views) look relations up in its cache;
+    the project's (staging, marts) never do, so a build of those only skips listing the schema."""
+    chosen = bool(plan.select or plan.full_refresh)
+    if plan.status == "nothing_to_do" or not (chosen or plan.build or plan.seeds):
+        return None
+    return BuildCommand(
+        select=tuple(plan.select) if chosen else (*plan.build, *plan.seeds),
+        exclude=(*(() if plan.full_refresh else ("tag:cdc_audit",)),
+                 *(() if plan.select else sorted(set(facts.seeds) - set(plan.seeds)))),
+        full_refresh=plan.full_refresh,
+        populate_cache=chosen or bool(plan.seeds) or bool(set(plan.build) & set(VIEWS)))
+
+
 def _lsn(landed: dict[str, Landed], key: str) -> str | None:
     return landed[key].lsn if key in landed else None
 
@@ -813,7 +842,7 @@ def facts_from_report(report: dict) -> Facts:
     are not report_keys() (a package and a runner from different releases)."""
     missing, unknown = sorted(report_keys() - report.keys()), sorted(report.keys() - report_keys())
     if missing or unknown:
-        raise ValueError(f"begin_run's report does not match runner/plan.py Facts (missing: {', '.join(missing) or '-'}; "
+        raise ValueError(f"begin_run's report does not match runner/run/plan.py Facts (missing: {', '.join(missing) or '-'}; "
                          f"unknown: {', '.join(unknown) or '-'}): the sqlserver_cdc package and the runner must come "
                          "from the same release")
 

@@ -20,16 +20,12 @@ import yaml
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.scalarstring import DoubleQuotedScalarString
 
-from runner import landing
-from runner.config import declared_tables, tracked_table_declarations
 from runner.errors import UsageError
-from runner.folders import display, open_folder
-from runner.project import (
-    edit_yaml,
-    give_following_comments,
-    take_following_comments,
-    write_model_files,
-)
+from runner.project.config import declared_tables, tracked_table_declarations
+from runner.project.tables import write_model_files
+from runner.project.yaml_edit import edit_yaml, give_following_comments, take_following_comments
+from runner.sources import landing
+from runner.sources.folders import display, open_folder
 
 LENGTH_TYPES = ("char", "varchar", "nchar", "nvarchar", "binary", "varbinary")
 PRECISION_TYPES = ("decimal", "numeric")

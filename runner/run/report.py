@@ -8,7 +8,7 @@ from decimal import Decimal
 
 import agate
 
-from runner import landing
+from runner.sources import landing
 
 
 class Progress:
@@ -94,7 +94,7 @@ def stream_line(channel: str, s: dict[str, object]) -> str:
 
 
 def landing_lines(facts, plan) -> list[str]:
-    """What landing refused or held back, and what holds the change-table cut (runner/plan.py's
+    """What landing refused or held back, and what holds the change-table cut (runner/run/plan.py's
     facts and plan: refused and waiting files, columns ignored, export gaps, the table holding the cut, stale
     snapshots, instances without manifests)."""
     lines = [f"REFUSED {reason}" for reason in facts.refused]
@@ -119,7 +119,7 @@ def landing_lines(facts, plan) -> list[str]:
 
 
 def waiting_lines(waiting) -> list[str]:
-    """One line per folder and kind of wait (runner/landing.py WAITS) for the files that could not
+    """One line per folder and kind of wait (runner/sources/landing.py WAITS) for the files that could not
     land yet ({file, reason, wait}, macro land_files): what they are, up to three names, the remedy."""
     groups: dict[tuple[str, str], list[dict]] = {}
     for item in waiting:

@@ -10,10 +10,10 @@ import subprocess
 import warnings
 from pathlib import Path
 
-from runner import jars
 from runner.errors import InfrastructureError
-from runner.lock import state_dir
-from runner.profile import Target
+from runner.run.lock import state_dir
+from runner.spark import jars
+from runner.spark.profile import Target
 
 
 def check_java() -> None:

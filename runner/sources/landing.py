@@ -8,7 +8,7 @@ Parquet (`.parquet`), CSV with a header (`.csv`) or JSON lines (`.json`, `.jsonl
 Python only discovers the files; the dbt macro `land_files` reads and inserts them in SQL, on the
 target's Spark (embedded session or cluster), so the landing folder must be readable there at
 the same absolute path. The landing folder is a local path or a URI of any file system Hadoop
-reads (`hdfs://`, `s3a://`, `abfss://`, `gs://`): runner/folders.py lists it and reads the few
+reads (`hdfs://`, `s3a://`, `abfss://`, `gs://`): runner/sources/folders.py lists it and reads the few
 bytes the checks below need.
 Every record becomes a map of lower-cased column names to text (binary as `0x` hex; nested JSON
 as its JSON text) plus the file it came from and the batch id; JSON lines also keep their text,
@@ -32,7 +32,7 @@ listed files' rows before they land and lands each manifest, as one raw row of l
 `manifest`, in the same commit as its files, only when all of them are whole. Once a folder has a
 manifest, its files that no manifest lists wait. Files that are cut short (a Parquet file without
 its footer, a CSV whose last row has no line break) are refused: they land nothing, and the
-table they feed waits for a whole copy (runner/plan.py). An export of a declared capture instance
+table they feed waits for a whole copy (runner/run/plan.py). An export of a declared capture instance
 without one of its declared columns is refused too (macro land_files).
 """
 
@@ -47,10 +47,10 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from runner.config import ExportManifest, SnapshotManifest, explain, project_vars
 from runner.errors import UsageError
-from runner.folders import Folder, open_folder
-from runner.project import exported_columns
+from runner.project.config import ExportManifest, SnapshotManifest, explain, project_vars
+from runner.project.tables import exported_columns
+from runner.sources.folders import Folder, open_folder
 
 KINDS = ("change_tables", "cdc_metadata", "ces", "debezium", "snapshots")
 FORMATS = {".parquet": "parquet", ".csv": "csv", ".json": "json", ".jsonl": "json"}
@@ -72,7 +72,7 @@ CSV_SETTABLE = (*CSV_DIALECT, "comment")
 BOMS = ((b"\xef\xbb\xbf", "UTF-8"), (b"\xff\xfe", "UTF-16"), (b"\xfe\xff", "UTF-16"))
 
 
-Landing = Path | str | Folder  # a landing folder: runner/folders.py open_folder
+Landing = Path | str | Folder  # a landing folder: runner/sources/folders.py open_folder
 
 
 @dataclass(frozen=True)
@@ -131,7 +131,7 @@ def listing(landing: Landing) -> dict[str, tuple[int, int]]:
 UNSETTLED = ("still being written: its size or modification time changed (or it appeared) between the run's two "
              "listings of the landing folder; it lands with a run that finds it unchanged (an export manifest listing "
              "it lands it at once)")
-# Why a file waits (an entry's `wait`), as the run reports it once per folder (runner/report.py
+# Why a file waits (an entry's `wait`), as the run reports it once per folder (runner/run/report.py
 # waiting_lines): what the files are, and the remedy.
 WAITS = {
     "unsettled": ("still being written (they changed between the run's two listings of the landing folder)",
@@ -158,7 +158,7 @@ def files_to_land(landing: Landing, csv_dialects: dict[str, dict[str, str]] | No
     (why it cannot land yet); a manifest also carries its parsed fields (see _read_manifest)
     with `files` (the listed files' relative paths) and `rows_by_file`. land_files acts on these
     only for files not landed yet. csv_dialects: the var cdc_csv_dialects (see csv_dialects).
-    exported_columns (runner/project.py exported_columns): a CSV or Parquet export of a declared
+    exported_columns (runner/project/tables.py exported_columns): a CSV or Parquet export of a declared
     capture instance carries `expected_columns`, which land_files checks its columns against.
     settled: an earlier listing (see `listing`, the runner takes it before Spark starts); a file
     that is not in it, or whose size or time differs, is still being written: it waits (`unsettled`)

@@ -15,7 +15,7 @@ bounds that run left them at and `begin_run` would find nothing to do: the run s
 that run said about files that wait, and exits 0 without Spark (and without a ledger row). Any other run deletes the record before it starts, so
 a run that fails or is killed never leaves one. Server targets (`thrift`, `http`) keep no record:
 their warehouse is not on this machine; nor do runs whose warehouse is a URI (on a cluster's
-file system), or whose landing folder is one (it is listed only once Spark runs, runner/folders.py).
+file system), or whose landing folder is one (it is listed only once Spark runs, runner/sources/folders.py).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import json
 from datetime import datetime, timezone
 from pathlib import Path
 
-from runner import landing
+from runner.sources import landing
 
 PROJECT_FILES = ("dbt_project.yml", "profiles.yml")
 PROJECT_FOLDERS = ("models", "macros", "seeds")
@@ -50,7 +50,7 @@ def project_digest(project_dir: Path, target) -> str:
     files = [project_dir / name for name in PROJECT_FILES]
     for folder in PROJECT_FOLDERS:
         files += sorted(p for p in (project_dir / folder).rglob("*") if p.is_file())
-    files += sorted(Path(__file__).parent.glob("*.py"))
+    files += sorted(Path(__file__).resolve().parents[1].rglob("*.py"))  # the runner package
     return _digest([repr(target), *((str(p), p.read_bytes() if p.is_file() else None) for p in files)])
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from runner.errors import InfrastructureError, PipelineFailed
-from runner.plan import NodeResult
+from runner.run.plan import NodeResult
 
 # the manifest of the last project parsed in this process (see Dbt.parse)
 _MANIFESTS: dict[tuple, object] = {}

@@ -1,0 +1,1 @@
+"""The project tooling: declarations (config, tables), scaffold, init, editing YAML in place."""

@@ -1,0 +1,103 @@
+"""Reads the tracked-table declarations from dbt_project.yml (the one place they live) and writes
+and checks each table's thin model files."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from runner.errors import UsageError
+from runner.project.config import tracked_table_declarations
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: str
+    ordinal: int
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    name: str
+    capture_instance: str | None
+    key: tuple[str, ...]
+    columns: tuple[Column, ...]
+    channel: str = "change_tables"
+    # where CES events of the table come from (data.eventsource db, schema, tbl)
+    source: tuple[str | None, str, str] | None = None
+    demo: bool = False  # declared `demo: true`: one of the demo's tables, which `python -m runner init` removes
+
+    @property
+    def non_key(self) -> list[Column]:
+        return [c for c in self.columns if c.name not in self.key]
+
+
+def tracked_tables(project_dir: Path) -> list[TableSpec]:
+    """The declared tracked tables (runner/project/config.py checks them). With several capture instances
+    a column's ordinal is optional: its position (docs/tables.md "Capture-instance changes")."""
+    specs = []
+    for name, table in tracked_table_declarations(project_dir).items():
+        columns = tuple(Column(c.name, c.type, c.ordinal if c.ordinal is not None else i)
+                        for i, c in enumerate(table.columns, 1))
+        if table.channel == "change_tables":
+            specs.append(TableSpec(name, table.instances[-1][0], tuple(table.key), columns, demo=table.demo))
+        else:
+            source = (table.source_database, table.source_schema, table.source_table)
+            specs.append(TableSpec(name, None, tuple(table.key), columns, table.channel, source, table.demo))
+    return specs
+
+
+def exported_columns(project_dir: Path) -> dict[str, list[str]]:
+    """Per landing folder of a declared capture instance (`change_tables/<instance>`, lower case),
+    the captured columns its exports must carry (lower case): the instance's `columns`, or the
+    table's declared columns when it has one capture instance."""
+    expected = {}
+    for table in tracked_table_declarations(project_dir).values():
+        if table.channel == "change_tables":
+            for instance, columns in table.instances:
+                expected[f"change_tables/{instance.lower()}"] = [c.lower() for c in columns or (
+                    c.name for c in table.columns)]
+    return expected
+
+
+def model_files(name: str, channel: str) -> dict[str, str]:
+    """The three thin model files of a tracked table, where docs/tables.md "Declaring a tracked
+    table" puts them, each with the one macro call it holds."""
+    return {
+        f"models/staging/{channel}/stg_{channel}__{name}.sql": f"{STAGING_MACROS[channel]}('{name}')",
+        f"models/marts/{name}/{name}_current.sql": f"current_state('{name}')",
+        f"models/marts/{name}/{name}_history.sql": f"history('{name}')",
+    }
+
+
+def check_model_files(project_dir: Path) -> None:
+    """Every declared tracked table has its three thin model files somewhere under models/ (dbt
+    would otherwise report the missing staging model against the cdc_quarantine view that reads
+    it). Raises UsageError naming the table and the missing files."""
+    present = {p.name for p in (project_dir / "models").rglob("*.sql")}
+    problems = []
+    for t in tracked_tables(project_dir):
+        names = [Path(f).name for f in model_files(t.name, t.channel)]
+        if missing := [n for n in names if n not in present]:
+            problems.append(f"tracked table '{t.name}' has no model file {', '.join(missing)}")
+    if problems:
+        raise UsageError("; ".join(problems) + " (docs/tables.md \"Declaring a tracked table\" shows them; "
+                         "`python -m runner scaffold` writes them for change-table instances)")
+
+
+# The thin model file of each channel's staging model, as docs/tables.md "Declaring a tracked table" shows.
+STAGING_MACROS = {"change_tables": "stage_change_table", "ces": "stage_ces_table",
+                  "debezium": "stage_debezium_table"}
+def write_model_files(project_dir: Path, name: str, channel: str) -> list[str]:
+    """Writes the three thin model files of a tracked table (model_files), unless a file of that
+    name exists anywhere under models/; returns what it wrote."""
+    present = {p.name for p in (project_dir / "models").rglob("*.sql")}
+    written = []
+    for relative, call in model_files(name, channel).items():
+        path = project_dir / relative
+        if path.name not in present:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(f"{{{{ sqlserver_cdc.{call} }}}}\n")
+            written.append(relative)
+    return written
