@@ -16,15 +16,45 @@
 
 {% macro spark__ces_events(new_lines, prior=none, staged_lsns='false', waiting_from='', orphan_after=3) -%}
 {%- set incremental = prior is not none %}
-{%- set logicalid_pattern = sqlserver_cdc._ces_logicalid_pattern() %}
-{%- set data_schema = 'struct<eventsource: struct<db: string, `schema`: string, tbl: string,'
-    ~ ' cols: array<struct<name: string, type: string, index: int>>,'
-    ~ ' pkkey: array<struct<columnname: string, value: string>>,'
-    ~ ' transaction: struct<commitlsn: string, beginlsn: string, sequencenumber: string, committime: string>>,'
-    ~ ' eventrow: struct<old: string, current: string>>' %}
 
 with
 
+{{ sqlserver_cdc._ces_landed_rows(new_lines, prior, staged_lsns, waiting_from) }},
+
+{%- if incremental %}
+
+{{ sqlserver_cdc._ces_staged_lookups(prior, staged_lsns) }},
+{%- endif %}
+
+{{ sqlserver_cdc._ces_checked_lines() }},
+
+{{ sqlserver_cdc._ces_segments(incremental) }},
+
+{{ sqlserver_cdc._ces_messages(orphan_after) }},
+
+{{ sqlserver_cdc._ces_outcomes(orphan_after) }},
+
+{{ sqlserver_cdc._ces_final() }}
+
+select * from final
+{%- endmacro %}
+
+{% macro default__ces_events(new_lines, prior=none, staged_lsns='false', waiting_from='', orphan_after=3) -%}
+    {{ exceptions.raise_compiler_error(sqlserver_cdc._not_supported('ces_events')) }}
+{%- endmacro %}
+
+{#- A CES logicalid: <database guid>:<commit LSN, 20 hex digits>:<sequence number>. -#}
+{% macro _ces_logicalid_pattern() -%}
+    {{ return('^[^:]+:[0-9A-Fa-f]{20}:[0-9]{1,20}$') }}
+{%- endmacro %}
+
+{#- The first step: `landed_rows`, the lines of `new_lines` (a query over the raw table) and, when
+    `prior` (the staged table) is given, its lines still waiting for the rest of their message and
+    an orphan's segments when more of its message lands (see ces_events for `staged_lsns` and
+    `waiting_from`), each with a row_key and `waiting`; then `batches`, the landing batches that
+    brought CES lines, newest first (batches_since). Two CTEs, ending without a comma. -#}
+{% macro _ces_landed_rows(new_lines, prior, staged_lsns, waiting_from) -%}
+{%- set incremental = prior is not none -%}
 -- the lines of the landing batches after the last one staged, and the lines staged earlier
 -- that still wait for the rest of their message (read again from their landed record)
 landed_rows as (
@@ -76,10 +106,13 @@ batches as (
         select distinct _batch_id from {{ prior }} where status != 'complete' and _batch_id >= '{{ waiting_from }}'
         {%- endif %}
     ) as landed_batches
-),
+)
+{%- endmacro %}
 
-{%- if incremental %}
-
+{#- Incremental only: `staged_ids` (source + id of the lines `prior` holds settled, where
+    `staged_lsns` holds) and `settled_messages` (the segment indexes of messages settled by an
+    earlier run). Two CTEs, ending without a comma. -#}
+{% macro _ces_staged_lookups(prior, staged_lsns) -%}
 -- lines staged earlier (not waiting): their ids, and the segments of settled messages
 staged_ids as (
     select distinct event_source, event_id
@@ -94,9 +127,14 @@ settled_messages as (
     where is_segment and status != 'pending' and {{ staged_lsns }}
         and not (status = 'quarantined' and startswith(quarantine_reason, 'orphan segments:'))
     group by event_source, logicalid
-),
-{%- endif %}
+)
+{%- endmacro %}
 
+{#- From landed_rows: `envelope` (the CloudEvent's fields as text) and `checked` (segment index,
+    final flag, early form, split total, and line_problem: why the line cannot be trusted, or
+    NULL). Two CTEs, ending without a comma. -#}
+{% macro _ces_checked_lines() -%}
+{%- set logicalid_pattern = sqlserver_cdc._ces_logicalid_pattern() -%}
 envelope as (
     select
         row_values is null as unreadable,
@@ -163,8 +201,14 @@ checked as (
             ), '')
         end as line_problem
     from envelope
-),
+)
+{%- endmacro %}
 
+{#- From checked (and, when `incremental`, staged_ids and settled_messages): `copies` (id_copy,
+    the copy number of source + id), `lines`, `segment_copies` and `segments`: each line with
+    is_segment, whether it is its message's segment (the first readable copy of its index, not of
+    a settled message). Four CTEs, ending without a comma. -#}
+{% macro _ces_segments(incremental) -%}
 -- at-least-once delivery: the first landed copy of source + id wins (in these lines or
 -- staged earlier); a segment delivered again under another id is the same segment of the same
 -- logicalid
@@ -228,8 +272,19 @@ segments as (
         *,
         readable_copy and not later_copy and not settled_copy and not after_settled as is_segment
     from segment_copies
-),
+)
+{%- endmacro %}
 
+{#- From segments (and batches): `message_lines` (each line with its message's segments summed
+    up), `heads` (the head of a message with its joined data and batches_since), `parsed` (the
+    data document parsed, indexes_complete, conflicting) and `documents` (readable, message_lsn,
+    sequence_number). Four CTEs, ending without a comma. -#}
+{% macro _ces_messages(orphan_after) -%}
+{%- set data_schema = 'struct<eventsource: struct<db: string, `schema`: string, tbl: string,'
+    ~ ' cols: array<struct<name: string, type: string, index: int>>,'
+    ~ ' pkkey: array<struct<columnname: string, value: string>>,'
+    ~ ' transaction: struct<commitlsn: string, beginlsn: string, sequencenumber: string, committime: string>>,'
+    ~ ' eventrow: struct<old: string, current: string>>' -%}
 -- each line with its message's segments summed up (every aggregate over the segments only)
 message_lines as (
     select
@@ -297,8 +352,13 @@ documents as (
             try_cast(element_at(split(logicalid, ':'), -1) as decimal(20, 0))
         ) as sequence_number
     from parsed
-),
+)
+{%- endmacro %}
 
+{#- From documents: `outcomes` (a message's status and problem, decided on its head; a message
+    incomplete `orphan_after` batches after its first landed is quarantined) and `line_outcomes`
+    (every line's line_status and line_reason). Two CTEs, ending without a comma. -#}
+{% macro _ces_outcomes(orphan_after) -%}
 -- a message's outcome, decided on its head
 outcomes as (
     select
@@ -373,8 +433,13 @@ line_outcomes as (
             ) as message
         from outcomes
     ) as with_message
-),
+)
+{%- endmacro %}
 
+{#- From line_outcomes: `final`, the model's rows (one per line that needs writing, one more
+    for the head of a complete message: its event). One CTE, without a comma. -#}
+{% macro _ces_final() -%}
+{%- set logicalid_pattern = sqlserver_cdc._ces_logicalid_pattern() -%}
 -- one row per line (a line still waiting needs no update), and one more for the head of a
 -- complete message: its event
 final as (
@@ -426,15 +491,4 @@ final as (
     ) emitted as is_event
     where is_event or not (waiting and line_status = 'pending')
 )
-
-select * from final
-{%- endmacro %}
-
-{% macro default__ces_events(new_lines, prior=none, staged_lsns='false', waiting_from='', orphan_after=3) -%}
-    {{ exceptions.raise_compiler_error(sqlserver_cdc._not_supported('ces_events')) }}
-{%- endmacro %}
-
-{#- A CES logicalid: <database guid>:<commit LSN, 20 hex digits>:<sequence number>. -#}
-{% macro _ces_logicalid_pattern() -%}
-    {{ return('^[^:]+:[0-9A-Fa-f]{20}:[0-9]{1,20}$') }}
 {%- endmacro %}

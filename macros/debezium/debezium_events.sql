@@ -20,11 +20,59 @@
 {%- endmacro %}
 
 {% macro spark__debezium_events(relation, prior=none, prior_floor=none, deduplicate=true) -%}
+with
+
+{{ sqlserver_cdc._debezium_payloads(relation) }},
+
+{{ sqlserver_cdc._debezium_change_fields() }},
+
+{{ sqlserver_cdc._debezium_checked_changes() }},
+
+{{ sqlserver_cdc._debezium_copies(prior, prior_floor, deduplicate) }},
+
+{{ sqlserver_cdc._debezium_final() }}
+
+select * from final
+{%- endmacro %}
+
+{% macro default__debezium_events(relation, prior=none, prior_floor=none, deduplicate=true) -%}
+    {{ exceptions.raise_compiler_error(sqlserver_cdc._not_supported('debezium_events')) }}
+{%- endmacro %}
+
+{#- An Avro-JSON union value ({"string": "x"}, {"long": 1}, {"server1.dbo.t.Value": {...}}) as
+    the value it holds (Avro-JSON bytes, ISO-8859-1 characters, as base64 like the JSON
+    converter's); any other text as it is. -#}
+{% macro _debezium_unwrap(expr) -%}
+    (case
+        when {{ expr }} rlike '^\\s*[{]\\s*"({{ sqlserver_cdc._avro_type_name_pattern()[1:-1] }})"\\s*:' then transform(
+            array(from_json({{ expr }}, 'map<string, string>')),
+            u -> case
+                when size(u) = 1 and map_keys(u)[0] rlike '{{ sqlserver_cdc._avro_type_name_pattern() }}'
+                    then case
+                        when map_keys(u)[0] = 'bytes' then base64(encode(map_values(u)[0], 'ISO-8859-1'))
+                        else map_values(u)[0]
+                    end
+                else {{ expr }}
+            end
+        )[0]
+        else {{ expr }}
+    end)
+{%- endmacro %}
+
+{#- The names an Avro-JSON union tags its value with: a primitive type, or a record's full name. -#}
+{% macro _avro_type_name_pattern() -%}
+    ^(null|boolean|int|long|float|double|string|bytes|[A-Za-z_][A-Za-z0-9_]*([.][A-Za-z_][A-Za-z0-9_]*)+)$
+{%- endmacro %}
+
+{#- The first step, from `relation`: `landed_rows` (its Debezium lines), `records` (is_record: a
+    Kafka record written whole), `values_read` (the event's value as text and map, topic,
+    partition, offset), `payloads` (has_schema: the JSON converter's {"schema", "payload"}
+    wrapper) and `envelopes` (payload, value_schema, is_tombstone). Five CTEs, ending without a
+    comma. -#}
+{% macro _debezium_payloads(relation) -%}
 {%- set column_schema = 'array<struct<field: string, type: string, name: string, parameters: map<string, string>>>' -%}
 {%- set value_schema = 'struct<fields: array<struct<field: string, type: string, name: string, '
     ~ 'parameters: map<string, string>, fields: ' ~ column_schema ~ '>>>' -%}
-with
-
 landed_rows as (
     select * from {{ relation }}
     where landing_kind = 'debezium'
@@ -74,8 +122,14 @@ envelopes as (
         value_text is null or trim(value_text) = 'null' or (has_schema and value_map['payload'] is null)
             as is_tombstone
     from payloads
-),
+)
+{%- endmacro %}
 
+{#- From envelopes: `shaped` (is_envelope, is_flattened, payload_values: the Avro-JSON unions
+    resolved), `sourced` (source_fields) and `fields` (the change's fields as text: op_text,
+    <field>_text, before_text, after_text, flattened_row, row_schema), from the envelope or the
+    flattened row's __ fields. Three CTEs, ending without a comma. -#}
+{% macro _debezium_change_fields() -%}
 shaped as (
     select
         *,
@@ -134,8 +188,14 @@ fields as (
             else transform(value_schema.fields, f -> struct(f.field, f.type, f.name, f.parameters))
         end as row_schema
     from sourced
-),
+)
+{%- endmacro %}
 
+{#- From fields: `decoded` (operation, commit_lsn, change_lsn_normalized, event_serial_no,
+    ts_ms, before_row, after_row, topic_parts), `checked` (quarantine_reason) and `unwrapped`
+    (before_values, after_values: keyed by lower-case column name, unions resolved). Three CTEs,
+    ending without a comma. -#}
+{% macro _debezium_checked_changes() -%}
 decoded as (
     select
         *,
@@ -195,8 +255,14 @@ unwrapped as (
         ) as {{ image }}_values{{ ',' if not loop.last }}
         {%- endfor %}
     from checked
-),
+)
+{%- endmacro %}
 
+{#- From unwrapped: `keyed` (replay_key, a SHA-256 of what identifies a change) and `copies`
+    (copy_number: 1 for the first landed copy, in these lines or, with `prior`, among its complete
+    rows at or above commit LSN `prior_floor`; always 1 when not `deduplicate`). Two CTEs,
+    ending without a comma. -#}
+{% macro _debezium_copies(prior, prior_floor, deduplicate) -%}
 -- at-least-once delivery: a replayed event repeats the table, LSNs, serial number, operation
 -- and row image (not the connector's ts_ms); the first landed copy wins, in this batch or
 -- already staged
@@ -239,8 +305,12 @@ copies as (
     ) as staged
         on keyed.replay_key = staged.replay_key
     {%- endif %}
-),
+)
+{%- endmacro %}
 
+{#- From copies: `final`, the model's rows (one per landed line, with its status). One CTE,
+    without a comma. -#}
+{% macro _debezium_final() -%}
 final as (
     select
         concat_ws('/', topic, kafka_partition, kafka_offset) as event_id,
@@ -281,35 +351,4 @@ final as (
         _ingested_at
     from copies
 )
-
-select * from final
-{%- endmacro %}
-
-{% macro default__debezium_events(relation, prior=none, prior_floor=none, deduplicate=true) -%}
-    {{ exceptions.raise_compiler_error(sqlserver_cdc._not_supported('debezium_events')) }}
-{%- endmacro %}
-
-{#- An Avro-JSON union value ({"string": "x"}, {"long": 1}, {"server1.dbo.t.Value": {...}}) as
-    the value it holds (Avro-JSON bytes, ISO-8859-1 characters, as base64 like the JSON
-    converter's); any other text as it is. -#}
-{% macro _debezium_unwrap(expr) -%}
-    (case
-        when {{ expr }} rlike '^\\s*[{]\\s*"({{ sqlserver_cdc._avro_type_name_pattern()[1:-1] }})"\\s*:' then transform(
-            array(from_json({{ expr }}, 'map<string, string>')),
-            u -> case
-                when size(u) = 1 and map_keys(u)[0] rlike '{{ sqlserver_cdc._avro_type_name_pattern() }}'
-                    then case
-                        when map_keys(u)[0] = 'bytes' then base64(encode(map_values(u)[0], 'ISO-8859-1'))
-                        else map_values(u)[0]
-                    end
-                else {{ expr }}
-            end
-        )[0]
-        else {{ expr }}
-    end)
-{%- endmacro %}
-
-{#- The names an Avro-JSON union tags its value with: a primitive type, or a record's full name. -#}
-{% macro _avro_type_name_pattern() -%}
-    ^(null|boolean|int|long|float|double|string|bytes|[A-Za-z_][A-Za-z0-9_]*([.][A-Za-z_][A-Za-z0-9_]*)+)$
 {%- endmacro %}

@@ -105,48 +105,8 @@ deduplicated as (
 ),
 
 {%- if t.history_columns is not none %}
-{%- set declared = t.columns | map(attribute='name') | list %}
-{%- set wanted = t.history_columns | map('lower') | list %}
-{%- set tracked = [] %}
-{%- for c in declared if c | lower in wanted %}{% do tracked.append(c) %}{% endfor %}
 
-opening as (
-    select
-        *,
-        case
-            when _priority = 0 or operation != 'update' or changed_columns is null then 1
-            when coalesce(lag(is_deleted) over (partition by {{ t.key | join(', ') }} order by valid_from_lsn), true) then 1
-            when arrays_overlap(changed_columns, array('{{ tracked | join("', '") }}')) then 1
-            else 0
-        end as _opens
-    from deduplicated
-),
-
-numbered as (
-    select
-        *,
-        sum(_opens) over (
-            partition by {{ t.key | join(', ') }} order by valid_from_lsn rows between unbounded preceding and current row
-        ) as _version
-    from opening
-),
-
-versions as (
-    select
-        {%- for c in t.key %}
-        {{ c }},
-        {%- endfor %}
-        {%- for c in non_key %}
-        max_by({{ c }}, valid_from_lsn) as {{ c }},
-        {%- endfor %}
-        min(valid_from_lsn) as valid_from_lsn,
-        min_by(valid_from, valid_from_lsn) as valid_from,
-        min_by(operation, valid_from_lsn) as operation,
-        min_by(changed_columns, valid_from_lsn) as changed_columns,
-        min_by(is_deleted, valid_from_lsn) as is_deleted
-    from numbered
-    group by {{ t.key | join(', ') }}, _version
-),
+{{ sqlserver_cdc._history_folded_versions(t) }},
 {%- endif %}
 
 validity as (
@@ -195,4 +155,55 @@ select * from final
 
 {% macro default__history(table_name) -%}
     {{ exceptions.raise_compiler_error(sqlserver_cdc._not_supported('history')) }}
+{%- endmacro %}
+
+{#- The versions of a table that declares history_columns (see history), from `deduplicated`:
+    `opening` (_opens 1 for a change that opens a version: a stored version, anything but an
+    update, the first change after a delete or of a key, an update of one of those columns),
+    `numbered` (_version) and `versions` (one row per key and _version: the latest values, and
+    the opening change's valid_from_lsn, valid_from, operation, changed_columns and is_deleted).
+    Three CTEs, ending without a comma. -#}
+{% macro _history_folded_versions(t) -%}
+{%- set non_key = sqlserver_cdc._non_key_columns(t) -%}
+{%- set declared = t.columns | map(attribute='name') | list -%}
+{%- set wanted = t.history_columns | map('lower') | list -%}
+{%- set tracked = [] -%}
+{%- for c in declared if c | lower in wanted %}{% do tracked.append(c) %}{% endfor -%}
+opening as (
+    select
+        *,
+        case
+            when _priority = 0 or operation != 'update' or changed_columns is null then 1
+            when coalesce(lag(is_deleted) over (partition by {{ t.key | join(', ') }} order by valid_from_lsn), true) then 1
+            when arrays_overlap(changed_columns, array('{{ tracked | join("', '") }}')) then 1
+            else 0
+        end as _opens
+    from deduplicated
+),
+
+numbered as (
+    select
+        *,
+        sum(_opens) over (
+            partition by {{ t.key | join(', ') }} order by valid_from_lsn rows between unbounded preceding and current row
+        ) as _version
+    from opening
+),
+
+versions as (
+    select
+        {%- for c in t.key %}
+        {{ c }},
+        {%- endfor %}
+        {%- for c in non_key %}
+        max_by({{ c }}, valid_from_lsn) as {{ c }},
+        {%- endfor %}
+        min(valid_from_lsn) as valid_from_lsn,
+        min_by(valid_from, valid_from_lsn) as valid_from,
+        min_by(operation, valid_from_lsn) as operation,
+        min_by(changed_columns, valid_from_lsn) as changed_columns,
+        min_by(is_deleted, valid_from_lsn) as is_deleted
+    from numbered
+    group by {{ t.key | join(', ') }}, _version
+)
 {%- endmacro %}

@@ -29,9 +29,55 @@ changes as (
 ),
 
 {%- if t.channel == 'debezium' %}
-{%- set change_columns = ['commit_lsn', 'change_lsn', 'command_id', 'operation_code', 'update_mask', 'commit_time']
-    + t.key + non_key + ['_from_snapshot'] %}
 
+{{ sqlserver_cdc._debezium_transactions(t, window, out_columns) }},
+{%- else %}
+
+transactions as (
+    select * from {{ sqlserver_cdc.net_changes('changes', t.key + ['commit_lsn'], columns, 'all with mask',
+        extra_columns=['commit_time'], max_mask_bytes=((t.columns | length) + 7) // 8) }}
+),
+{%- endif %}
+
+{%- if window.snapshot %}
+
+{{ sqlserver_cdc._snapshot_reconciled(t, window) }},
+{%- endif %}
+
+final as (
+    select {{ out_columns | join(', ') }} from transactions
+    {%- if window.snapshot %}
+    union all
+    select {{ out_columns | join(', ') }} from reconciled
+    {%- endif %}
+    {%- if recompute %}
+    union all
+    -- a touched key none of whose events nets to a change any more (an insert and its delete in
+    -- one transaction, completed by a late event): the marts remove what they hold of it
+    select
+        {%- for c in out_columns %}
+        {{ 'touched.' ~ c if c in t.key else 'null as ' ~ c }}{{ ',' if not loop.last }}
+        {%- endfor %}
+    from touched
+    left anti join transactions
+        on {{ sqlserver_cdc._key_match(t, 'touched', 'transactions') }}
+    {%- endif %}
+)
+
+select * from final
+{%- endmacro %}
+
+{#- Debezium's transactions of table t (channel debezium; out_columns: _transactions' columns),
+    from `changes` with the window's complete snapshots applied (docs/landing.md "Snapshots"):
+    `reconciled_changes` (a key alive before a complete snapshot that it lacks is deleted at its
+    LSN; a snapshot row equal to the key's state before it is dropped, _snapshot_mask the columns
+    that differ) and `transactions` (the net changes per key and commit LSN; a snapshot's insert
+    is operation code 5 with that mask). Two CTEs, ending without a comma. -#}
+{% macro _debezium_transactions(t, window, out_columns) -%}
+{%- set columns = t.columns | map(attribute='name') | list -%}
+{%- set non_key = sqlserver_cdc._non_key_columns(t) -%}
+{%- set change_columns = ['commit_lsn', 'change_lsn', 'command_id', 'operation_code', 'update_mask', 'commit_time']
+    + t.key + non_key + ['_from_snapshot'] -%}
 -- Debezium snapshots (docs/landing.md "Snapshots"): a key alive before a complete snapshot that it lacks is
 -- deleted at its LSN; a snapshot row equal to the key's state before it is no change, one that
 -- differs names the columns that do
@@ -99,17 +145,18 @@ transactions as (
         {%- endfor %}
     from {{ sqlserver_cdc.net_changes('reconciled_changes', t.key + ['commit_lsn'], columns, 'all with mask',
         extra_columns=['commit_time', '_from_snapshot', '_snapshot_mask'], max_mask_bytes=((t.columns | length) + 7) // 8) }}
-),
-{%- else %}
+)
+{%- endmacro %}
 
-transactions as (
-    select * from {{ sqlserver_cdc.net_changes('changes', t.key + ['commit_lsn'], columns, 'all with mask',
-        extra_columns=['commit_time'], max_mask_bytes=((t.columns | length) + 7) // 8) }}
-),
-{%- endif %}
-
-{%- if window.snapshot %}
-
+{#- The change-table snapshot at the window's lower bound (window.snapshot) that the window's
+    transactions apply on top of: `snapshot` (its rows), `known` (the current-state mart as
+    stored, when the window reconciles), `snapshot_time` and `reconciled` (the versions that
+    reconcile the marts with the snapshot: operation code 5 for a key whose values the marts do
+    not hold, 1 for a key the marts hold alive that the snapshot lacks). CTEs ending without a
+    comma. -#}
+{% macro _snapshot_reconciled(t, window) -%}
+{%- set columns = t.columns | map(attribute='name') | list -%}
+{%- set non_key = sqlserver_cdc._non_key_columns(t) -%}
 -- the table's snapshot at the window's lower bound (docs/landing.md "Snapshots"): the changes above apply on
 -- top of it; it reconciles what the marts hold
 snapshot as (
@@ -175,30 +222,7 @@ reconciled as (
     left anti join snapshot
         on {{ sqlserver_cdc._key_match(t, 'known', 'snapshot') }}
     {%- endif %}
-),
-{%- endif %}
-
-final as (
-    select {{ out_columns | join(', ') }} from transactions
-    {%- if window.snapshot %}
-    union all
-    select {{ out_columns | join(', ') }} from reconciled
-    {%- endif %}
-    {%- if recompute %}
-    union all
-    -- a touched key none of whose events nets to a change any more (an insert and its delete in
-    -- one transaction, completed by a late event): the marts remove what they hold of it
-    select
-        {%- for c in out_columns %}
-        {{ 'touched.' ~ c if c in t.key else 'null as ' ~ c }}{{ ',' if not loop.last }}
-        {%- endfor %}
-    from touched
-    left anti join transactions
-        on {{ sqlserver_cdc._key_match(t, 'touched', 'transactions') }}
-    {%- endif %}
 )
-
-select * from final
 {%- endmacro %}
 
 {#- The complete Debezium snapshots of table t up to `upper` (docs/landing.md "Snapshots"):

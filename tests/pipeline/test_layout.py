@@ -177,3 +177,21 @@ def test_public_macros_with_sql_dispatch_to_spark_bodies_and_refuse_other_adapte
             problems.append(f"{name} is the Spark body of an undocumented macro")
     assert problems == []
     assert len([n for n in bodies if n.startswith("spark__")]) > 40
+
+
+MAX_MACRO_LINES = 150
+
+
+def test_no_macro_is_over_150_lines():
+    """A long transformation is a sequence of named step macros (STYLE.md; macros/staging/
+    _staging_helpers.sql is the example): no macro, from its `{% macro %}` line to its
+    `{% endmacro %}` line, is over 150 lines."""
+    macros_dir = PROJECT_DIR / "macros"
+    lengths = {}
+    for path in sorted(macros_dir.rglob("*.sql")):
+        text = path.read_text()
+        for m in re.finditer(r"{%-?\s*macro\s+(\w+).*?{%-?\s*endmacro\s*-?%}", text, re.DOTALL):
+            lengths[f"{path.relative_to(PROJECT_DIR)}: {m.group(1)}"] = m.group(0).count("\n") + 1
+    assert len(lengths) > 100
+    offenders = [f"{name} is {n} lines" for name, n in sorted(lengths.items()) if n > MAX_MACRO_LINES]
+    assert offenders == [], f"macros over {MAX_MACRO_LINES} lines (split them into step macros): {offenders}"
