@@ -195,27 +195,27 @@
     where _rank = 1
 {%- endmacro %}
 
-{#- The ledger row of a run (see finish_run), as one INSERT of one JSON literal. -#}
+{#- The ledger row of a run (see finish_run), as one INSERT of one JSON literal: every column of
+    _ledger_columns, started_at given as text, ended_at the time of the insert. -#}
 {% macro _ledger_insert(run, summary, streams) -%}
     {%- set row = dict(run) -%}
     {%- do row.update({'tables': summary, 'streams': streams}) -%}
-    insert into {{ sqlserver_cdc.ledger_relation() }} (run_id, started_at, ended_at, status, full_refresh, since_run_id, landed,
-        landed_lsn, upper_lsn, upper_batch, tables, streams, failed_nodes, exported_lsn, manifests_from, refused,
-        landed_through, plan, retention_minutes, headroom_seconds)
-    select
-        r.run_id, cast(r.started_at as timestamp), current_timestamp(), r.status, r.full_refresh, r.since_run_id,
-        r.landed, r.landed_lsn, r.upper_lsn, r.upper_batch, r.tables, r.streams, r.failed_nodes, r.exported_lsn,
-        r.manifests_from, r.refused, r.landed_through, r.plan, r.retention_minutes, r.headroom_seconds
-    from (select from_json({{ sqlserver_cdc._sql_string(tojson(row)) }}, 'struct<run_id: string, started_at: string,
-        status: string, full_refresh: boolean, since_run_id: string, landed: map<string, bigint>,
-        landed_lsn: map<string, string>, upper_lsn: map<string, string>, upper_batch: map<string, string>,
-        tables: array<struct<tracked_table: string, rows_landed: bigint, quarantined: bigint, changes_applied: bigint,
-            lsn_reached: string, advanced: boolean, lag_seconds: bigint, current_rows: bigint, history_versions: bigint>>,
-        streams: array<struct<channel: string, lines_landed: bigint, duplicates: bigint, pending_messages: bigint,
-            tombstones: bigint, quarantined: bigint, quarantined_total: bigint>>,
-        failed_nodes: array<string>, exported_lsn: map<string, string>, manifests_from: string, refused: array<string>,
-        landed_through: map<string, struct<lsn: string, batch: string>>, plan: string,
-        retention_minutes: bigint, headroom_seconds: map<string, bigint>>') as r)
+    {%- set names, selected, fields = [], [], [] -%}
+    {%- for c in sqlserver_cdc._ledger_columns() -%}
+        {%- do names.append(c[0]) -%}
+        {%- if c[0] == 'ended_at' -%}
+            {%- do selected.append('current_timestamp()') -%}
+        {%- elif c[0] == 'started_at' -%}
+            {%- do selected.append('cast(r.started_at as timestamp)') -%}
+            {%- do fields.append('started_at: string') -%}
+        {%- else -%}
+            {%- do selected.append('r.' ~ c[0]) -%}
+            {%- do fields.append(c[0] ~ ': ' ~ c[1]) -%}
+        {%- endif -%}
+    {%- endfor -%}
+    insert into {{ sqlserver_cdc.ledger_relation() }} ({{ names | join(', ') }})
+    select {{ selected | join(', ') }}
+    from (select from_json({{ sqlserver_cdc._sql_string(tojson(row)) }}, 'struct<{{ fields | join(', ') }}>') as r)
 {%- endmacro %}
 
 {#- Used by finish_run for each declared event channel (ces, debezium): lines landed in the

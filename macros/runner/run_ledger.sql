@@ -13,40 +13,32 @@
         type='table')) }}
 {%- endmacro %}
 
-{% macro _ledger_ddl(relation) -%}
-    create table if not exists {{ relation }} (
-        run_id string,
-        started_at timestamp,
-        ended_at timestamp,
-        status string,
-        full_refresh boolean,
-        since_run_id string,
-        landed map<string, bigint>,
-        landed_lsn map<string, string>,
-        upper_lsn map<string, string>,
-        upper_batch map<string, string>,
-        tables array<struct<tracked_table: string, rows_landed: bigint, quarantined: bigint,
-            changes_applied: bigint, lsn_reached: string, advanced: boolean, lag_seconds: bigint,
-            current_rows: bigint, history_versions: bigint>>,
-        streams array<struct<channel: string, lines_landed: bigint, duplicates: bigint,
-            pending_messages: bigint, tombstones: bigint, quarantined: bigint, quarantined_total: bigint>>,
-        failed_nodes array<string>,
-        exported_lsn map<string, string>,
-        manifests_from string,
-        refused array<string>,
-        landed_through map<string, struct<lsn: string, batch: string>>,
-        plan string,
-        retention_minutes bigint,
-        headroom_seconds map<string, bigint>
-    ) using delta
+{#- The ledger's columns and types, the one place they are written (the table's DDL, the columns
+    added since its first release, the INSERT of a run's row). A column added in a later release
+    goes at the end: the first _ledger_first_release() columns are the first release's. -#}
+{% macro _ledger_columns() -%}
+    {%- set table_row = 'array<struct<tracked_table: string, rows_landed: bigint, quarantined: bigint, changes_applied: bigint,'
+        ~ ' lsn_reached: string, advanced: boolean, lag_seconds: bigint, current_rows: bigint, history_versions: bigint>>' -%}
+    {%- set stream_row = 'array<struct<channel: string, lines_landed: bigint, duplicates: bigint, pending_messages: bigint,'
+        ~ ' tombstones: bigint, quarantined: bigint, quarantined_total: bigint>>' -%}
+    {{ return([
+        ['run_id', 'string'], ['started_at', 'timestamp'], ['ended_at', 'timestamp'], ['status', 'string'],
+        ['full_refresh', 'boolean'], ['since_run_id', 'string'], ['landed', 'map<string, bigint>'],
+        ['landed_lsn', 'map<string, string>'], ['upper_lsn', 'map<string, string>'], ['upper_batch', 'map<string, string>'],
+        ['tables', table_row], ['streams', stream_row], ['failed_nodes', 'array<string>'],
+        ['exported_lsn', 'map<string, string>'], ['manifests_from', 'string'], ['refused', 'array<string>'],
+        ['landed_through', 'map<string, struct<lsn: string, batch: string>>'], ['plan', 'string'],
+        ['retention_minutes', 'bigint'], ['headroom_seconds', 'map<string, bigint>']]) }}
 {%- endmacro %}
 
-{#- Columns added to the ledger after its first release, with their types: a ledger created
-    before them gets them added (Delta ADD COLUMNS), so upgrading needs no full refresh. -#}
-{% macro _ledger_added_columns() -%}
-    {{ return({'exported_lsn': 'map<string, string>', 'manifests_from': 'string', 'refused': 'array<string>',
-        'landed_through': 'map<string, struct<lsn: string, batch: string>>', 'plan': 'string',
-        'retention_minutes': 'bigint', 'headroom_seconds': 'map<string, bigint>'}) }}
+{% macro _ledger_first_release() -%}
+    {{ return(13) }}
+{%- endmacro %}
+
+{% macro _ledger_ddl(relation) -%}
+    {%- set columns = [] -%}
+    {%- for c in sqlserver_cdc._ledger_columns() -%}{%- do columns.append(c[0] ~ ' ' ~ c[1]) -%}{%- endfor -%}
+    create table if not exists {{ relation }} ({{ columns | join(', ') }}) using delta
 {%- endmacro %}
 
 {#- Creates the ledger if missing and adds the columns an earlier release's ledger lacks. -#}
@@ -58,8 +50,8 @@
         {%- do present.append(row[0] | lower) -%}
     {%- endfor -%}
     {%- set missing = [] -%}
-    {%- for name, type in sqlserver_cdc._ledger_added_columns().items() if name not in present -%}
-        {%- do missing.append(name ~ ' ' ~ type) -%}
+    {%- for c in sqlserver_cdc._ledger_columns()[sqlserver_cdc._ledger_first_release():] if c[0] not in present -%}
+        {%- do missing.append(c[0] ~ ' ' ~ c[1]) -%}
     {%- endfor -%}
     {%- if missing -%}
         {% do run_query('alter table ' ~ relation ~ ' add columns (' ~ missing | join(', ') ~ ')') %}
