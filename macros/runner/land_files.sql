@@ -226,30 +226,19 @@
             ~ " '_source_size', cast(null as bigint), '_source_modified_ms', cast(null as bigint))") -%}
     {%- endif -%}
     select
-        cast(record.row_values as map<string, string>) as row_values,
-        cast(null as string) as raw_text,
-        record._source_file,
-        record._source_size,
-        record._source_modified_ms,
-        {{ sqlserver_cdc._sql_string(batch_id) }} as _batch_id,
-        current_timestamp() as _ingested_at,
-        'landed_files' as landing_kind,
-        'all' as entity
+        {{ sqlserver_cdc._raw_select_list({'row_values': 'cast(record.row_values as map<string, string>)',
+            'raw_text': 'cast(null as string)', '_source_file': 'record._source_file', '_source_size': 'record._source_size',
+            '_source_modified_ms': 'record._source_modified_ms', 'landing_kind': "'landed_files'", 'entity': "'all'"}, batch_id) }}
     from (select explode(array({{ records | join(',\n        ') }})) as record) as records
 {%- endmacro %}
 
 {#- The records of the files a raw table landed before it kept records (see _landed_files_query). -#}
 {% macro _landed_file_backfill(raw, batch_id) -%}
     select
-        cast(map('landing_kind', max(landing_kind), 'entity', max(entity)) as map<string, string>) as row_values,
-        cast(null as string) as raw_text,
-        _source_file,
-        max(_source_size) as _source_size,
-        max(_source_modified_ms) as _source_modified_ms,
-        {{ sqlserver_cdc._sql_string(batch_id) }} as _batch_id,
-        current_timestamp() as _ingested_at,
-        'landed_files' as landing_kind,
-        'all' as entity
+        {{ sqlserver_cdc._raw_select_list({
+            'row_values': "cast(map('landing_kind', max(landing_kind), 'entity', max(entity)) as map<string, string>)",
+            'raw_text': 'cast(null as string)', '_source_file': '_source_file', '_source_size': 'max(_source_size)',
+            '_source_modified_ms': 'max(_source_modified_ms)', 'landing_kind': "'landed_files'", 'entity': "'all'"}, batch_id) }}
     from {{ raw }}
     where {{ sqlserver_cdc._landed_from_files() }}
     group by _source_file
@@ -260,36 +249,49 @@
     its LSNs (canonical: after_lsn and through_lsn, or snapshot_lsn), files (JSON array of the
     landed paths), rows (their total); raw_text the manifest as read. -#}
 {% macro _manifest_row_select(file, batch_id) -%}
-    select
+    {%- set row_values -%}
         map({{ sqlserver_cdc._sql_string(file.owner) }}, {{ sqlserver_cdc._sql_string(file.entity) }},
             {%- for field, value in file.lsns.items() | sort %}
             {{ sqlserver_cdc._sql_string(field) }}, {{ sqlserver_cdc._sql_string(value) if value else 'cast(null as string)' }},
             {%- endfor %}
             'files', {{ sqlserver_cdc._sql_string(tojson(file.files)) }},
-            'rows', '{{ file.rows_by_file.values() | sum }}') as row_values,
-        {{ sqlserver_cdc._sql_string(file.text) }} as raw_text,
-        {{ sqlserver_cdc._sql_string(file.relative) }} as _source_file,
-        cast({{ file.size | int }} as bigint) as _source_size,
-        cast({{ file.modified_ms | int }} as bigint) as _source_modified_ms,
-        {{ sqlserver_cdc._sql_string(batch_id) }} as _batch_id,
-        current_timestamp() as _ingested_at,
-        {{ sqlserver_cdc._sql_string(file.kind) }} as landing_kind,
-        {{ sqlserver_cdc._sql_string(file.entity) }} as entity
+            'rows', '{{ file.rows_by_file.values() | sum }}')
+    {%- endset %}
+    {%- set values = sqlserver_cdc._file_columns(file) -%}
+    {%- do values.update({'row_values': row_values, 'raw_text': sqlserver_cdc._sql_string(file.text)}) %}
+    select
+        {{ sqlserver_cdc._raw_select_list(values, batch_id) }}
 {%- endmacro %}
+{#- The raw table's columns and types, in order, the one place they are written: its DDL and
+    every select that lands rows (_raw_select_list) are made from them (runner/sources/kafka.py
+    appends its records by these names). -#}
+{% macro _raw_columns() -%}
+    {{ return([['row_values', 'map<string, string>'], ['raw_text', 'string'], ['_source_file', 'string'],
+        ['_source_size', 'bigint'], ['_source_modified_ms', 'bigint'], ['_batch_id', 'string'],
+        ['_ingested_at', 'timestamp'], ['landing_kind', 'string'], ['entity', 'string']]) }}
+{%- endmacro %}
+
+{#- The raw table's columns as a select list, in order: `values` maps each column but _batch_id
+    and _ingested_at (the batch's id and the time of the insert) to its SQL expression. -#}
+{% macro _raw_select_list(values, batch_id) -%}
+    {%- set given = {'_batch_id': sqlserver_cdc._sql_string(batch_id), '_ingested_at': 'current_timestamp()'} -%}
+    {%- do given.update(values) -%}
+    {%- set items = [] -%}
+    {%- for c in sqlserver_cdc._raw_columns() -%}
+        {%- if c[0] not in given -%}
+            {{ exceptions.raise_compiler_error('_raw_select_list: no value for the raw column ' ~ c[0]) }}
+        {%- endif -%}
+        {%- do items.append(given[c[0]] ~ ' as ' ~ c[0]) -%}
+    {%- endfor -%}
+    {{ return(items | join(',\n        ')) }}
+{%- endmacro %}
+
 {#- The raw table: every landed record, partitioned by landing kind and entity; a Delta table
     appended once per landing batch. -#}
 {% macro _raw_table_ddl(raw) -%}
-    create table if not exists {{ raw }} (
-        row_values map<string, string>,
-        raw_text string,
-        _source_file string,
-        _source_size bigint,
-        _source_modified_ms bigint,
-        _batch_id string,
-        _ingested_at timestamp,
-        landing_kind string,
-        entity string
-    ) using delta partitioned by (landing_kind, entity)
+    {%- set columns = [] -%}
+    {%- for c in sqlserver_cdc._raw_columns() -%}{%- do columns.append(c[0] ~ ' ' ~ c[1]) -%}{%- endfor -%}
+    create table if not exists {{ raw }} ({{ columns | join(', ') }}) using delta partitioned by (landing_kind, entity)
 {%- endmacro %}
 
 {% macro _check_landing_file(file) -%}
@@ -356,6 +358,14 @@
     {%- endif %})
 {%- endmacro %}
 
+{#- The raw columns every row landed from `file` carries: the file, its size and modification
+    time, its landing kind and entity. -#}
+{% macro _file_columns(file) -%}
+    {{ return({'_source_file': sqlserver_cdc._sql_string(file.relative), '_source_size': 'cast(' ~ file.size | int ~ ' as bigint)',
+        '_source_modified_ms': 'cast(' ~ file.modified_ms | int ~ ' as bigint)',
+        'landing_kind': sqlserver_cdc._sql_string(file.kind), 'entity': sqlserver_cdc._sql_string(file.entity)}) }}
+{%- endmacro %}
+
 {#- The raw table's columns for the records of one file's view. -#}
 {% macro _landed_rows_select(view, file, batch_id, columns=none) -%}
     {%- if file.format == 'json' -%}
@@ -375,16 +385,10 @@
         {%- set row_values = 'cast(map(' ~ pairs | join(', ') ~ ') as map<string, string>)' -%}
         {%- set raw_text = 'cast(null as string)' -%}
     {%- endif -%}
+    {%- set values = sqlserver_cdc._file_columns(file) -%}
+    {%- do values.update({'row_values': row_values, 'raw_text': raw_text}) %}
     select
-        {{ row_values }} as row_values,
-        {{ raw_text }} as raw_text,
-        {{ sqlserver_cdc._sql_string(file.relative) }} as _source_file,
-        cast({{ file.size | int }} as bigint) as _source_size,
-        cast({{ file.modified_ms | int }} as bigint) as _source_modified_ms,
-        {{ sqlserver_cdc._sql_string(batch_id) }} as _batch_id,
-        current_timestamp() as _ingested_at,
-        {{ sqlserver_cdc._sql_string(file.kind) }} as landing_kind,
-        {{ sqlserver_cdc._sql_string(file.entity) }} as entity
+        {{ sqlserver_cdc._raw_select_list(values, batch_id) }}
     from {{ view }}
     {%- if file.format == 'json' %}
     where trim(value) != ''
