@@ -1,18 +1,19 @@
-{#- Used by the runner (dbt run-operation) after open_run: lands the new files (land_files) with
-    the run's batch id and reports the facts the run is planned from as one log line
-    `sqlserver_cdc.begin_run <json>`. Its keys are runner/run/plan.py's Facts fields (their meaning is
-    written there, once) and REPORTED_OPTIONS; the runner refuses a report of another shape.
+{#- Used by the runner (dbt run-operation) after open_run: lands the files the runner accepted
+    (land_files; first_records: see there) with the run's batch id and reports the facts the run
+    is planned from as one log line `sqlserver_cdc.begin_run <json>`. Its keys are runner/run/plan.py's Facts fields (their meaning is
+    written there, once) but those the runner decides before (INTAKE_FACTS); the runner refuses a
+    report of another shape.
     Reads only the batches landed after the previous run (Delta skips earlier files by their
     _batch_id statistics) and small tables. -#}
-{% macro begin_run(files, batch_id, raw_schema=none, upper_lsn=none) -%}
-    {{ return(adapter.dispatch('begin_run', 'sqlserver_cdc')(files=files, batch_id=batch_id, raw_schema=raw_schema, upper_lsn=upper_lsn)) }}
+{% macro begin_run(files, batch_id, raw_schema=none, first_records=false) -%}
+    {{ return(adapter.dispatch('begin_run', 'sqlserver_cdc')(files=files, batch_id=batch_id, raw_schema=raw_schema, first_records=first_records)) }}
 {%- endmacro %}
 
-{% macro spark__begin_run(files, batch_id, raw_schema=none, upper_lsn=none) -%}
+{% macro spark__begin_run(files, batch_id, raw_schema=none, first_records=false) -%}
     {%- set raw_schema = raw_schema or var('cdc_raw_schema', target.schema ~ '_raw') -%}
     {%- set raw = raw_schema ~ '.landed_rows' -%}
     {%- set ledger = sqlserver_cdc.ledger_relation() -%}
-    {%- set landing = sqlserver_cdc.land_files(files, batch_id, raw_schema) -%}
+    {%- do sqlserver_cdc.land_files(files, batch_id, raw_schema, first_records) -%}
     {%- set landed_now = {} -%}
     {%- for row in run_query(sqlserver_cdc.landed_batch_counts(batch_id, raw_schema)) -%}
         {%- do landed_now.update({row[0] ~ '/' ~ row[1]: row[2] | int}) -%}
@@ -36,13 +37,6 @@
     {%- endfor -%}
     {%- set quarantine = graph.nodes.values() | selectattr('resource_type', 'equalto', 'model')
         | selectattr('name', 'equalto', 'cdc_quarantine') | first -%}
-    {%- set capped = none -%}
-    {%- if upper_lsn is not none -%}
-        {%- set capped = run_query('select ' ~ sqlserver_cdc.lsn_normalize(sqlserver_cdc._sql_string(upper_lsn))).rows[0][0] -%}
-        {%- if capped is none -%}
-            {{ exceptions.raise_compiler_error("--upper-lsn " ~ upper_lsn ~ " is not an LSN; give e.g. 0x0000002C00000300017C") }}
-        {%- endif -%}
-    {%- endif -%}
     {%- do facts.update({
         'run_id': batch_id, 'tables': tables, 'previous': previous, 'landed_now': landed_now,
         'watermarks': watermarks, 'relations': relations,
@@ -52,12 +46,11 @@
             ~ " where landing_kind = 'cdc_metadata' and lower(entity) = 'cdc_jobs'"
             ~ " and lower(row_values['job_type']) = 'cleanup' and _batch_id > " ~ sqlserver_cdc._sql_string(since)).rows[0][0],
         'views_digest': local_md5(tojson(var('cdc_tracked_tables', {}), sort_keys=true) ~ (quarantine.raw_code if quarantine else '')),
-        'seeds': seeds, 'refused': landing.refused, 'waiting': landing.waiting, 'ignored': landing.ignored,
-        'upper_lsn': capped, 'manifests_required': sqlserver_cdc._export_manifests_required()}) -%}
+        'seeds': seeds}) -%}
     {{ log('sqlserver_cdc.begin_run ' ~ tojson(facts), info=true) }}
 {%- endmacro %}
 
-{% macro default__begin_run(files, batch_id, raw_schema=none, upper_lsn=none) -%}
+{% macro default__begin_run(files, batch_id, raw_schema=none, first_records=false) -%}
     {{ exceptions.raise_compiler_error(sqlserver_cdc._not_supported('begin_run')) }}
 {%- endmacro %}
 
@@ -237,17 +230,6 @@
     {%- endset -%}
     {%- for row in run_query(query) -%}{%- do found.update({row[0]: row[1]}) -%}{%- endfor -%}
     {{ return(found) }}
-{%- endmacro %}
-
-{#- var cdc_export_manifests: 'optional' (default; an instance without manifests follows the
-    lsn_time_mapping alone, with a warning) or 'required' (an instance without a landed manifest
-    holds the cut where its exports reach: nowhere until its first lands). -#}
-{% macro _export_manifests_required() -%}
-    {%- set mode = var('cdc_export_manifests', 'optional') -%}
-    {%- if mode not in ('optional', 'required') -%}
-        {{ exceptions.raise_compiler_error("var cdc_export_manifests must be 'optional' or 'required'; got " ~ mode) }}
-    {%- endif -%}
-    {{ return(mode == 'required') }}
 {%- endmacro %}
 
 {#- A model's relation by name, from the graph (operations and hooks have no ref). -#}

@@ -94,16 +94,18 @@
     ledger of an earlier release gets its added columns) and reports, as `sqlserver_cdc.open_run
     {"last_batch": ...}`, the largest batch id recorded or landed: the ledger's largest run id, or
     a batch landed after it (a killed run's). The runner's batch id continues after it
-    (runner/run/plan.py batch_id). Reads the raw table's batches after the last recorded run only. -#}
-{% macro open_run(raw_schema=none) -%}
-    {{ return(adapter.dispatch('open_run', 'sqlserver_cdc')(raw_schema=raw_schema)) }}
+    (runner/run/plan.py batch_id). Reads the raw table's batches after the last recorded run only.
+    Also reports which of `files` (the landing folder's, relative to it) landed, and with what
+    size and time, and whether the raw table keeps landed-file records (_landed_files). -#}
+{% macro open_run(raw_schema=none, files=[]) -%}
+    {{ return(adapter.dispatch('open_run', 'sqlserver_cdc')(raw_schema=raw_schema, files=files)) }}
 {%- endmacro %}
 
-{% macro default__open_run(raw_schema=none) -%}
+{% macro default__open_run(raw_schema=none, files=[]) -%}
     {{ exceptions.raise_compiler_error(sqlserver_cdc._not_supported('open_run')) }}
 {%- endmacro %}
 
-{% macro spark__open_run(raw_schema=none) -%}
+{% macro spark__open_run(raw_schema=none, files=[]) -%}
     {%- set raw_schema = raw_schema or var('cdc_raw_schema', target.schema ~ '_raw') -%}
     {%- set raw = raw_schema ~ '.landed_rows' -%}
     {%- set ledger = sqlserver_cdc.ledger_relation() -%}
@@ -115,5 +117,7 @@
     {%- set recorded = run_query("select coalesce(max(run_id), '') from " ~ ledger).rows[0][0] -%}
     {%- set landed = run_query("select coalesce(max(_batch_id), '') from " ~ raw ~ " where _batch_id > "
         ~ sqlserver_cdc._sql_string(recorded)).rows[0][0] -%}
-    {{ log('sqlserver_cdc.open_run ' ~ tojson({'last_batch': [recorded, landed] | max}), info=true) }}
+    {%- set report = sqlserver_cdc._landed_files(raw, files) -%}
+    {%- do report.update({'last_batch': [recorded, landed] | max}) -%}
+    {{ log('sqlserver_cdc.open_run ' ~ tojson(report), info=true) }}
 {%- endmacro %}

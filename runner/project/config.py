@@ -59,7 +59,7 @@ class ManifestFile(_Model):
 
 class ExportManifest(_Model):
     """An export of a capture instance's changes: the LSN range (after_lsn, through_lsn] it covers,
-    and its files with their row counts. The LSNs parse in SQL, like every other LSN (land_files)."""
+    and its files with their row counts. The LSNs parse in SQL, like every other LSN (macro probe_files)."""
 
     capture_instance: StrictStr
     through_lsn: StrictStr
@@ -182,6 +182,17 @@ def project_vars(project_dir: Path) -> dict:
     if not path.exists():
         raise UsageError(f"no dbt_project.yml in {project_dir}; pass --project-dir to the project folder")
     return (yaml.safe_load(path.read_text()) or {}).get("vars") or {}
+
+
+def export_manifests_required(project_dir: Path) -> bool:
+    """The var cdc_export_manifests (docs/landing.md "Export manifests"): `optional` (the default:
+    a declared capture instance without manifests follows the lsn_time_mapping alone, with a
+    warning) or `required` (one without a landed manifest holds the cut where its exports reach:
+    nowhere until its first lands)."""
+    mode = project_vars(project_dir).get("cdc_export_manifests", "optional")
+    if mode not in ("optional", "required"):
+        raise UsageError(f"var cdc_export_manifests must be 'optional' or 'required'; got {mode!r}")
+    return mode == "required"
 
 
 def declared_tables(project_dir: Path) -> dict[str, dict]:

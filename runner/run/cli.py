@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from runner.errors import EXIT_OK, InfrastructureError, PipelineFailed, RunnerError, UsageError
+from runner.project.config import export_manifests_required
 from runner.project.tables import check_model_files, exported_columns
 from runner.run import plan, report
 from runner.run.dbt import Dbt, failures
@@ -117,39 +118,46 @@ def run_pipeline(project_dir: Path, target, landing_dir: Path | str | Folder, *,
     started_at = datetime.now(timezone.utc)
     # constant across runs, so one parse serves them (the plan is a var of the build only)
     dbt = Dbt(project_dir, target.name, {"cdc_raw_schema": target.raw_schema})
+    manifests_required = export_manifests_required(project_dir)
+    if upper_lsn is not None:
+        given, upper_lsn = upper_lsn, landing.canonical_lsns(dbt, [upper_lsn]).get(upper_lsn)
+        if upper_lsn is None:
+            raise UsageError(f"--upper-lsn {given} is not an LSN; give e.g. 0x0000002C00000300017C")
+    folder = open_folder(landing_dir, hadoop=target.owns_jvm)
+    sources = kafka.sources(project_dir) if kafka_sources is None else kafka_sources
+    if sources and not folder.exists():  # a project fed by Kafka alone needs no landing folder
+        files = []
+    else:
+        files = landing.files_to_land(folder, landing.csv_dialects(project_dir), exported_columns(project_dir),
+                                      settled=listed)
     clock_id = _batch_id()
-    opened = dbt.operation("sqlserver_cdc.open_run", {"raw_schema": target.raw_schema}).get("open_run")
+    opened = dbt.operation("sqlserver_cdc.open_run", {"raw_schema": target.raw_schema,
+                                                      "files": [f["relative"] for f in files]}).get("open_run")
     if opened is None:
         raise InfrastructureError("open_run reported nothing: is the project's sqlserver_cdc package current?")
     batch_id = plan.batch_id(clock_id, opened["last_batch"] or "")
     if batch_id != clock_id:
         progress.step(f"this machine's clock is behind the last landed batch or recorded run: batch {batch_id} "
                       f"continues after it (the clock said {clock_id.split('-')[0]})")
-    sources = kafka.sources(project_dir) if kafka_sources is None else kafka_sources
-    if sources:
-        stopped = _land_kafka(target, sources, batch_id, accept_kafka_gap, progress)
-    else:
-        stopped = []
-    folder = open_folder(landing_dir, hadoop=target.owns_jvm)
-    if sources and not folder.exists():  # a project fed by Kafka alone needs no landing folder
-        files = []
+    stopped = _land_kafka(target, sources, batch_id, accept_kafka_gap, progress) if sources else []
+    if sources and not folder.exists():
         progress.step(f"no landing folder {folder}: no files to land (batch {batch_id})")
     else:
-        files = landing.files_to_land(folder, landing.csv_dialects(project_dir), exported_columns(project_dir),
-                                      settled=listed)
         progress.step(f"landing new files from {folder} (batch {batch_id})")
     clock = time.monotonic()
+    taken = landing.intake(dbt, files, opened.get("landed") or {}, target.raw_schema)
     begun = dbt.operation("sqlserver_cdc.begin_run", {
-        "files": files, "batch_id": batch_id, "raw_schema": target.raw_schema, "upper_lsn": upper_lsn}).get("begin_run")
+        "files": taken.accepted, "batch_id": batch_id, "raw_schema": target.raw_schema,
+        "first_records": not opened.get("records_kept")}).get("begin_run")
     if begun is None:
         raise InfrastructureError("begin_run reported nothing: is the project's sqlserver_cdc package current?")
     try:
-        facts = plan.facts_from_report(begun)
+        facts = plan.facts_from_report(begun, taken.facts())
     except ValueError as exc:
         raise InfrastructureError(str(exc)) from None
     the_plan = plan.plan_run(facts, plan.Options(
-        upper_lsn=begun.get("upper_lsn"), full_refresh=full_refresh, restage=restage, select=tuple(select),
-        manifests_required=bool(begun.get("manifests_required")),
+        upper_lsn=upper_lsn, full_refresh=full_refresh, restage=restage, select=tuple(select),
+        manifests_required=manifests_required,
         unsettled=tuple(f["relative"] for f in files if f.get("unsettled"))))
     timings["landing"] = time.monotonic() - clock
     progress.step(f"landed {sum(facts.landed_now.values())} records from {len(facts.landed_now)} folders "

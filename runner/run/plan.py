@@ -827,19 +827,20 @@ def _previous(row: dict, landed) -> PreviousRun:
                        int(row["retention_minutes"]) if row.get("retention_minutes") is not None else None)
 
 
-# what begin_run reports besides the facts: the run's options it reads in SQL (--upper-lsn made
-# canonical, var cdc_export_manifests validated)
-REPORTED_OPTIONS = ("upper_lsn", "manifests_required")
+# the facts the runner decides itself, before begin_run: what of the landing folder lands
+# (runner/sources/landing.py Intake.facts)
+INTAKE_FACTS = ("refused", "waiting", "ignored")
 
 
 def report_keys() -> frozenset[str]:
-    """The keys of begin_run's report: Facts' fields and REPORTED_OPTIONS, the one schema of it."""
-    return frozenset(f.name for f in fields(Facts)) | frozenset(REPORTED_OPTIONS)
+    """The keys of begin_run's report, the one schema of it: Facts' fields but INTAKE_FACTS."""
+    return frozenset(f.name for f in fields(Facts)) - frozenset(INTAKE_FACTS)
 
 
-def facts_from_report(report: dict) -> Facts:
-    """Facts from what the macro begin_run reports (JSON); raises ValueError when the report's keys
-    are not report_keys() (a package and a runner from different releases)."""
+def facts_from_report(report: dict, intake: dict | None = None) -> Facts:
+    """Facts from what the macro begin_run reports (JSON) and the runner's intake (INTAKE_FACTS);
+    raises ValueError when the report's keys are not report_keys() (a package and a runner from
+    different releases)."""
     missing, unknown = sorted(report_keys() - report.keys()), sorted(report.keys() - report_keys())
     if missing or unknown:
         raise ValueError(f"begin_run's report does not match runner/run/plan.py Facts (missing: {', '.join(missing) or '-'}; "
@@ -851,6 +852,7 @@ def facts_from_report(report: dict) -> Facts:
                 if v and (v.get("batch") or v.get("lsn"))}
 
     previous = report.get("previous")
+    report = {**report, **(intake or {})}
     return Facts(
         run_id=report["run_id"],
         tables=tuple(Table(t["name"], t["channel"], tuple((i["name"].lower(), bool(i.get("dropped"))) for i in t["instances"]),

@@ -5,8 +5,8 @@ Landing contract (docs/landing.md "Landing"): `change_tables/<capture_instance>/
 Parquet (`.parquet`), CSV with a header (`.csv`) or JSON lines (`.json`, `.jsonl`); and `ces/`
 (optionally `ces/<event hub or topic>/`), CloudEvents as JSON lines; `debezium/` (optionally
 `debezium/<topic>/`), Debezium change events as JSON lines.
-Python only discovers the files; the dbt macro `land_files` reads and inserts them in SQL, on the
-target's Spark (embedded session or cluster), so the landing folder must be readable there at
+Python discovers the files and decides which land (intake); the dbt macro `land_files` reads and
+inserts them in SQL, on the target's Spark (embedded session or cluster), so the landing folder must be readable there at
 the same absolute path. The landing folder is a local path or a URI of any file system Hadoop
 reads (`hdfs://`, `s3a://`, `abfss://`, `gs://`): runner/sources/folders.py lists it and reads the few
 bytes the checks below need.
@@ -27,13 +27,13 @@ A folder may declare another dialect in the var cdc_csv_dialects.
 
 Export manifests (docs/landing.md "Export manifests"): a `*.manifest.json` file in a capture instance's
 folder lists one export's files with their row counts and the LSN range it covers. Python reads
-and checks them here (structure, listed files present, sizes); the macro land_files counts the
-listed files' rows before they land and lands each manifest, as one raw row of landing kind
+and checks them here (structure, listed files present, sizes, and the listed files' rows and the
+LSNs, which the macro probe_files reads in SQL before anything lands); the macro land_files lands each manifest, as one raw row of landing kind
 `manifest`, in the same commit as its files, only when all of them are whole. Once a folder has a
 manifest, its files that no manifest lists wait. Files that are cut short (a Parquet file without
 its footer, a CSV whose last row has no line break) are refused: they land nothing, and the
 table they feed waits for a whole copy (runner/run/plan.py). An export of a declared capture instance
-without one of its declared columns is refused too (macro land_files).
+without one of its declared columns is refused too (check_probed).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ import csv
 import io
 import json
 import posixpath
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -152,14 +152,14 @@ WAITS = {
 def files_to_land(landing: Landing, csv_dialects: dict[str, dict[str, str]] | None = None,
                   exported_columns: dict[str, list[str]] | None = None,
                   settled: dict[str, tuple[int, int]] | None = None) -> list[dict[str, object]]:
-    """The landing folder's files as the macro land_files takes them (it skips those landed):
+    """The landing folder's files as `intake` takes them (it skips those landed):
     each {kind, entity, path, relative, format, size, modified_ms}, a CSV file with `csv`
     (see csv_options), plus `refused` (why the file must not land) or `waiting`
     (why it cannot land yet); a manifest also carries its parsed fields (see _read_manifest)
-    with `files` (the listed files' relative paths) and `rows_by_file`. land_files acts on these
+    with `files` (the listed files' relative paths) and `rows_by_file`. intake acts on these
     only for files not landed yet. csv_dialects: the var cdc_csv_dialects (see csv_dialects).
     exported_columns (runner/project/tables.py exported_columns): a CSV or Parquet export of a declared
-    capture instance carries `expected_columns`, which land_files checks its columns against.
+    capture instance carries `expected_columns`, which check_probed checks its columns against.
     settled: an earlier listing (see `listing`, the runner takes it before Spark starts); a file
     that is not in it, or whose size or time differs, is still being written: it waits (`unsettled`)
     unless a manifest lists it, since a copy landed half-written would be refused as changed for good."""
@@ -360,7 +360,7 @@ def _read_manifest(content: bytes, kind: str, entity: str) -> dict[str, object]:
     optional: the previous export's through_lsn). A snapshot (kind `snapshot_manifest`, docs/landing.md
     "Snapshots"): table (its folder's), snapshot_lsn (the LSN it is consistent at). Both: files
     [{path (relative to the manifest), rows, bytes (optional)}]. The LSNs, in `lsns`, are checked
-    by land_files (they parse in SQL, like every other LSN). Raises ManifestError."""
+    by check_probed (they parse in SQL, like every other LSN: macro probe_files). Raises ManifestError."""
     model, owner, lsn_fields = (ExportManifest, "capture_instance", ("through_lsn", "after_lsn")) if kind == "manifest" \
         else (SnapshotManifest, "table", ("snapshot_lsn",))
     try:
@@ -380,14 +380,150 @@ def _read_manifest(content: bytes, kind: str, entity: str) -> dict[str, object]:
             "files": [f.model_dump() for f in manifest.files], "text": json.dumps(doc, sort_keys=True)}
 
 
+# why a landed file that changed is refused (screen)
+CHANGED = ("changed since it was landed (landed: {0} bytes modified at {1} ms; now: {2} bytes modified at {3} ms): it "
+           "was landed while still being written, or replaced. Exports are immutable: put the whole file under a new "
+           "name (with a new manifest if one lists it); it lands whole and the rows landed from the first copy are taken "
+           "once. Then remove this one")
+# SQL Server's metadata columns an export may carry besides the captured ones (check_probed)
+METADATA_COLUMNS = ("__$start_lsn", "__$end_lsn", "__$seqval", "__$operation", "__$update_mask", "__$command_id")
+
+
+@dataclass
+class Intake:
+    """What of the landing folder lands in a run (intake): `accepted`, the entries to land (the
+    macro land_files takes them; a CSV or Parquet file with its `columns` [[name, type]]);
+    `refused`, file -> why it must not land; `waiting`, [{file, reason, wait}] (see WAITS);
+    `ignored`, "<file>: ..." per export with columns not declared for its capture instance."""
+    accepted: list[dict] = field(default_factory=list)
+    refused: dict[str, str] = field(default_factory=dict)
+    waiting: list[dict] = field(default_factory=list)
+    ignored: list[str] = field(default_factory=list)
+
+    def facts(self) -> dict[str, object]:
+        """The run's facts about its landing (runner/run/plan.py Facts refused, waiting, ignored)."""
+        return {"refused": [f"{file}: {reason}" for file, reason in sorted(self.refused.items())],
+                "waiting": sorted(self.waiting, key=lambda w: w["file"]), "ignored": sorted(self.ignored)}
+
+
+def screen(files: list[dict], landed: dict[str, list[int]]) -> Intake:
+    """files_to_land's entries against the landed files (relative -> [size, modified_ms], the
+    macro open_run's `landed`): a file landed with the same size and time is skipped, one landed
+    with another is refused (CHANGED); the others are refused, wait or are accepted as
+    files_to_land marked them."""
+    intake = Intake()
+    for f in files:
+        relative, seen = f["relative"], landed.get(f["relative"])
+        if seen is not None:
+            if list(seen) != [f["size"], f["modified_ms"]]:
+                intake.refused[relative] = CHANGED.format(seen[0], seen[1], f["size"], f["modified_ms"])
+        elif f.get("refused"):
+            intake.refused[relative] = f["refused"]
+        elif f.get("waiting"):
+            intake.waiting.append({"file": relative, "reason": f["waiting"], "wait": f.get("wait", "")})
+        else:
+            intake.accepted.append(f)
+    return intake
+
+
+def probe_request(intake: Intake, landed: dict[str, list[int]]) -> dict[str, object] | None:
+    """What the macro probe_files must read before the accepted files can be checked (check_probed),
+    or None when nothing: the columns of each new Parquet file, the records of each new file an
+    accepted manifest lists (`count`) and of each it lists that landed earlier (`count_landed`),
+    and the canonical form of the manifests' LSNs."""
+    manifests = [f for f in intake.accepted if f["format"] == "manifest"]
+    listed = {relative for m in manifests for relative in m["files"]}
+    files = [{**f, "count": f["relative"] in listed} for f in intake.accepted
+             if f["format"] == "parquet" or (f["format"] != "manifest" and f["relative"] in listed)]
+    earlier = sorted(relative for relative in listed if relative in landed)
+    lsns = sorted({value for m in manifests for value in m["lsns"].values() if value is not None})
+    return {"files": files, "count_landed": earlier, "lsns": lsns} if files or earlier or lsns else None
+
+
+def check_probed(intake: Intake, probed: dict[str, dict]) -> None:
+    """Refuses what the probe shows wrong (docs/landing.md "Export manifests", "Change tables") and
+    gives each accepted CSV or Parquet file its `columns`; the refused leave `accepted`.
+    - An export of a declared capture instance (`expected_columns`) must carry each declared
+      column: a renamed or dropped one would land as NULL in every change. Columns neither
+      declared nor SQL Server's metadata are noted in `ignored`.
+    - A manifest's LSNs must parse (probed `lsns`, canonical from here on), after_lsn must not be
+      above through_lsn, no file it lists may be refused, and each must have the rows it says
+      (probed `rows`); otherwise the manifest and every file it lists are refused."""
+    refused = intake.refused
+    for f in intake.accepted:
+        if f["format"] == "csv":
+            f["columns"] = [[name, "string"] for name in f["csv"]["header"]]
+        elif f["format"] == "parquet":
+            f["columns"] = probed["columns"][f["relative"]]
+        if f.get("expected_columns") is None or "columns" not in f:
+            continue
+        names = [c[0].lower() for c in f["columns"]]
+        missing = [c for c in f["expected_columns"] if c not in names]
+        extra = [c for c in names if c not in f["expected_columns"] and c not in METADATA_COLUMNS]
+        if missing:
+            refused[f["relative"]] = (
+                f"its columns lack {', '.join(missing)}, declared for capture instance {f['entity']} (it has "
+                f"{', '.join(names)}): a column renamed or dropped in the export would land as NULL. Re-export with the "
+                "declared columns; if the table changed, SQL Server keeps the old capture instance as it was: declare the "
+                "new one (docs/tables.md \"Capture-instance changes\")")
+        elif extra:
+            intake.ignored.append(f"{f['relative']}: column(s) {', '.join(extra)} not declared for capture instance "
+                                  f"{f['entity']}, not applied")
+    manifests = [f for f in intake.accepted if f["format"] == "manifest"]
+    for m in manifests:
+        canonical = {name: probed["lsns"].get(value) if value is not None else None for name, value in m["lsns"].items()}
+        bad = [name for name in sorted(m["lsns"]) if m["lsns"][name] is not None and canonical[name] is None]
+        if bad:
+            refused[m["relative"]] = f"export manifest: {bad[0]} {m['lsns'][bad[0]]} is not an LSN"
+        elif canonical.get("after_lsn") and canonical["after_lsn"] > canonical["through_lsn"]:
+            refused[m["relative"]] = (f"export manifest: after_lsn {m['lsns']['after_lsn']} is above through_lsn "
+                                      f"{m['lsns']['through_lsn']}")
+        m["lsns"] = canonical
+    for m in manifests:
+        for relative in m["files"]:
+            found, expected = probed["rows"].get(relative, 0), m["rows_by_file"][relative]
+            if relative not in refused and found != expected:
+                refused[relative] = (f"{found} rows, but its export manifest {m['relative']} says {expected}: it was cut "
+                                     "short or is not the exported file")
+            if relative in refused:
+                refused.setdefault(m["relative"], f"export manifest: its file {relative} is refused")
+        if m["relative"] in refused:
+            for relative in m["files"]:
+                if any(f["relative"] == relative for f in intake.accepted):
+                    refused.setdefault(relative, f"its export manifest {m['relative']} is refused: {refused[m['relative']]}")
+    intake.accepted = [f for f in intake.accepted if f["relative"] not in refused]
+
+
+def intake(dbt, files: list[dict], landed: dict[str, list[int]], raw_schema: str) -> Intake:
+    """What of `files` (files_to_land) lands: screened against the landed files, the new ones
+    probed in SQL where the checks need it (macro probe_files, one dbt invocation, only when
+    something needs reading) and checked (check_probed)."""
+    screened = screen(files, landed)
+    request = probe_request(screened, landed)
+    probed = {"columns": {}, "rows": {}, "lsns": {}}
+    if request is not None:
+        probed.update(dbt.operation("sqlserver_cdc.probe_files", {**request, "raw_schema": raw_schema}).get("probe_files") or {})
+    check_probed(screened, probed)
+    return screened
+
+
+def canonical_lsns(dbt, texts: list[str]) -> dict[str, str | None]:
+    """Each LSN text in canonical form (None when it is not an LSN), read in SQL like every other
+    LSN (macro probe_files)."""
+    return (dbt.operation("sqlserver_cdc.probe_files", {"files": [], "lsns": list(texts)}).get("probe_files") or {}).get("lsns") or {}
+
+
 def land(dbt, landing: Landing, raw_schema: str, batch_id: str) -> dict[str, object]:
     """Lands every new file through dbt (macro land_files, so the SQL runs wherever the target's
-    Spark is: the embedded session or a cluster); returns what land_files reported (landed,
-    refused, waiting, ignored) and `counts`, the records landed per (kind, entity). A run lands
+    Spark is: the embedded session or a cluster); returns the intake's facts (refused, waiting,
+    ignored), `landed` (files) and `counts`, the records landed per (kind, entity). A run lands
     through begin_run instead, which also plans the run from what landed."""
     files = files_to_land(landing, csv_dialects(dbt.project_dir), exported_columns(dbt.project_dir))
-    dbt.operation("sqlserver_cdc.open_run", {"raw_schema": raw_schema})  # the raw table, when missing
-    outcome = dbt.operation("sqlserver_cdc.land_files", {"files": files, "batch_id": batch_id,
-                                                         "raw_schema": raw_schema}).get("land_files", {})
+    opened = dbt.operation("sqlserver_cdc.open_run", {"raw_schema": raw_schema,
+                                                      "files": [f["relative"] for f in files]}).get("open_run") or {}
+    taken = intake(dbt, files, opened.get("landed") or {}, raw_schema)
+    outcome = dbt.operation("sqlserver_cdc.land_files", {"files": taken.accepted, "batch_id": batch_id,
+                                                         "raw_schema": raw_schema,
+                                                         "first_records": not opened.get("records_kept")}).get("land_files", {})
     rows = dbt.query(f"{{{{ sqlserver_cdc.landed_batch_counts('{batch_id}', '{raw_schema}') }}}}")
-    return {**outcome, "counts": {(r["landing_kind"], r["entity"]): int(r["records"]) for r in rows}}
+    return {**taken.facts(), **outcome, "counts": {(r["landing_kind"], r["entity"]): int(r["records"]) for r in rows}}

@@ -6,6 +6,7 @@ whole but Spark cannot read fails the batch with Spark's reason."""
 
 from __future__ import annotations
 
+import copy
 import re
 
 import pytest
@@ -117,10 +118,11 @@ def test_records_land_as_text_once_per_file(pipeline):
     (folder / "fine.csv").write_text("Id\n5\n")
     assert landing.land(dbt, pipeline.landing, pipeline.target.raw_schema, "b3")["counts"] == {("change_tables", "dbo_things"): 1}
     assert [r["_source_file"] for r in _landed(pipeline, "b3")] == ["change_tables/dbo_things/fine.csv"]
-    # a whole-looking file Spark cannot read fails the whole batch with Spark's reason; nothing lands
+    # a whole-looking file Spark cannot read fails the whole batch with Spark's reason (its footer
+    # is read before anything lands, for its columns); nothing lands
     (folder / "broken.parquet").write_bytes(b"PAR1" + b"garbage" * 4 + (28).to_bytes(4, "little") + b"PAR1")
     (folder / "fine2.csv").write_text("Id\n6\n")
-    with pytest.raises(InfrastructureError, match="run-operation sqlserver_cdc.land_files failed - .*broken.parquet"):
+    with pytest.raises(InfrastructureError, match="run-operation sqlserver_cdc.probe_files failed - .*broken.parquet"):
         landing.land(dbt, pipeline.landing, pipeline.target.raw_schema, "b4")
     assert _landed(pipeline, "b4") == []
 
@@ -238,3 +240,75 @@ def test_an_export_without_a_declared_column_is_refused_and_extra_columns_are_no
                                   "instance dbo_customers, not applied")]
     assert outcome["counts"] == {("change_tables", "dbo_customers"): 1}
     assert [r["row_values"]["loyalty"] for r in _landed(pipeline, "drift")] == ["gold"]
+
+
+def _entry(relative: str, fmt: str = "csv", **extra) -> dict:
+    kind, entity = relative.split("/")[:2]
+    entry = {"kind": kind, "entity": entity, "path": "/l/" + relative, "relative": relative, "format": fmt,
+             "size": 10, "modified_ms": 1000}
+    if fmt == "csv":
+        entry["csv"] = {"header": ["Id", "Email"], "options": {}}
+    return {**entry, **extra}
+
+
+def test_the_intake_skips_landed_files_refuses_changed_ones_and_keeps_files_to_lands_marks():
+    files = [_entry("change_tables/t/same.csv"), _entry("change_tables/t/grown.csv", size=11), _entry("change_tables/t/new.csv"),
+             _entry("change_tables/t/cut.csv", refused="cut short"),
+             _entry("change_tables/t/wet.csv", waiting="still being written", wait="unsettled")]
+    landed = {"change_tables/t/same.csv": [10, 1000], "change_tables/t/grown.csv": [10, 1000]}
+
+    taken = landing.screen(files, landed)
+
+    assert [f["relative"] for f in taken.accepted] == ["change_tables/t/new.csv"]
+    assert taken.refused["change_tables/t/cut.csv"] == "cut short"
+    assert taken.refused["change_tables/t/grown.csv"].startswith(
+        "changed since it was landed (landed: 10 bytes modified at 1000 ms; now: 11 bytes modified at 1000 ms)")
+    assert taken.facts()["waiting"] == [{"file": "change_tables/t/wet.csv", "reason": "still being written", "wait": "unsettled"}]
+    # nothing to read: CSV headers are known, no manifest, no Parquet file
+    assert landing.probe_request(taken, landed) is None
+
+
+def test_the_intake_checks_manifests_and_declared_columns_against_what_the_probe_read():
+    listed = ["change_tables/t/a.csv", "change_tables/t/b.parquet", "change_tables/t/old.csv"]
+    manifest = _entry("change_tables/t/m.manifest.json", "manifest", files=listed, owner="capture_instance",
+                      lsns={"after_lsn": None, "through_lsn": "0x0000002C00000300017C"},
+                      rows_by_file={"change_tables/t/a.csv": 2, "change_tables/t/b.parquet": 3, "change_tables/t/old.csv": 1})
+    files = [manifest, _entry("change_tables/t/a.csv", expected_columns=["id", "email"]),
+             _entry("change_tables/t/b.parquet", "parquet", expected_columns=["id", "email"]),
+             _entry("change_tables/u/c.csv", expected_columns=["id", "email", "name"])]
+    landed = {"change_tables/t/old.csv": [10, 1000]}
+    taken = landing.screen(files + [_entry("change_tables/t/old.csv")], landed)
+
+    request = landing.probe_request(taken, landed)
+
+    assert [(f["relative"], f["count"]) for f in request["files"]] == [("change_tables/t/a.csv", True),
+                                                                       ("change_tables/t/b.parquet", True)]
+    assert request["count_landed"] == ["change_tables/t/old.csv"] and request["lsns"] == ["0x0000002C00000300017C"]
+    probed = {"columns": {"change_tables/t/b.parquet": [["Id", "int"], ["Email", "string"], ["Loyalty", "int"]]},
+              "rows": {"change_tables/t/a.csv": 2, "change_tables/t/b.parquet": 3, "change_tables/t/old.csv": 1},
+              "lsns": {"0x0000002C00000300017C": "0000002C00000300017C"}}
+    whole = copy.deepcopy(taken)
+    landing.check_probed(whole, copy.deepcopy(probed))
+    # everything lands: the manifest with canonical LSNs, each file with its columns; the extra
+    # column is noted; the table whose export lacks a declared column is refused alone
+    assert [f["relative"] for f in whole.accepted] == ["change_tables/t/m.manifest.json", "change_tables/t/a.csv",
+                                                       "change_tables/t/b.parquet"]
+    assert whole.accepted[0]["lsns"] == {"after_lsn": None, "through_lsn": "0000002C00000300017C"}
+    assert whole.accepted[2]["columns"] == probed["columns"]["change_tables/t/b.parquet"]
+    assert whole.ignored == ["change_tables/t/b.parquet: column(s) loyalty not declared for capture instance t, not applied"]
+    assert list(whole.refused) == ["change_tables/u/c.csv"] and whole.refused["change_tables/u/c.csv"].startswith(
+        "its columns lack name, declared for capture instance u (it has id, email)")
+
+    # a file with fewer rows than its manifest says refuses it, the manifest and the manifest's other files
+    short = copy.deepcopy(taken)
+    landing.check_probed(short, {**copy.deepcopy(probed), "rows": {**probed["rows"], "change_tables/t/b.parquet": 2}})
+    assert short.accepted == []
+    assert short.refused["change_tables/t/b.parquet"].startswith("2 rows, but its export manifest change_tables/t/m.manifest.json says 3")
+    assert short.refused["change_tables/t/m.manifest.json"] == "export manifest: its file change_tables/t/b.parquet is refused"
+    assert short.refused["change_tables/t/a.csv"] == ("its export manifest change_tables/t/m.manifest.json is refused: "
+                                                      "export manifest: its file change_tables/t/b.parquet is refused")
+    # an LSN that does not parse refuses the manifest and its files
+    bad = copy.deepcopy(taken)
+    landing.check_probed(bad, {**copy.deepcopy(probed), "lsns": {"0x0000002C00000300017C": None}})
+    assert bad.refused["change_tables/t/m.manifest.json"] == "export manifest: through_lsn 0x0000002C00000300017C is not an LSN"
+    assert "change_tables/t/a.csv" in bad.refused and bad.accepted == []

@@ -103,6 +103,9 @@ def test_lsn_time_mapping_as_of_and_window_validation_macros(pipeline, render):
     jobs.mkdir(parents=True)
     (jobs / "jobs.csv").write_text("database_id,job_type,retention\n5,capture,0\n5,cleanup,144000\n")
     held = "0x" + lsn_hex(txs[-1].commit_lsn)
+    # an --upper-lsn that is not an LSN is refused before anything lands
+    with pytest.raises(cli.UsageError, match="--upper-lsn 0x12:34 is not an LSN; give e.g. 0x0000002C00000300017C"):
+        pipeline.run(upper_lsn="0x12:34")
     summary = pipeline.run(upper_lsn=held)
     expected = pending[0].end_time.replace(tzinfo=timezone.utc).timestamp() + 144000 * 60 - datetime.now(timezone.utc).timestamp()
     by_table = {r["tracked_table"]: r for r in summary}

@@ -48,8 +48,8 @@ def report(**given) -> dict:
     """A report of begin_run with every key its schema has (plan.report_keys), empty unless given."""
     empty = {"run_id": "b2", "tables": [], "previous": None, "landed_now": {}, "arrived": {}, "ces_unrouted": None,
              "debezium_snapshot_end": None, "manifests": [], "snapshots": [], "watermarks": {}, "relations": [],
-             "instance_min_lsn": {}, "views_digest": "", "seeds": {}, "refused": [], "waiting": [], "ignored": [],
-             "late_commit_times": {}, "cdc_jobs_retention": None, "upper_lsn": None, "manifests_required": False}
+             "instance_min_lsn": {}, "views_digest": "", "seeds": {},
+             "late_commit_times": {}, "cdc_jobs_retention": None}
     return {**empty, **given}
 
 
