@@ -16,7 +16,7 @@ from pathlib import Path
 
 from cdc_simulator import ces_writer, debezium_writer, kafka_writer, landing_writer
 from cdc_simulator.simulate import Simulator, replay
-from runner.project.tables import tracked_tables
+from cdc_simulator.tables import tracked_tables
 
 DEMO_FORMATS = {"customers": "parquet", "order_lines": "csv"}
 

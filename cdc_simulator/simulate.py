@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
 
-from runner.project.tables import Column, TableSpec
+from cdc_simulator.tables import Column, TableSpec
 
 LOB_TYPES = ("nvarchar(max)", "varchar(max)", "varbinary(max)")
 OLD_LOB_TYPES = ("text", "ntext", "image")

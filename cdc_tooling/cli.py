@@ -11,8 +11,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from cdc_simulator.tables import tracked_tables
 from runner.errors import EXIT_OK, RunnerError, UsageError
-from runner.project.tables import tracked_tables
 from runner.run import cli as runner_cli
 from runner.run import report
 from runner.sources.folders import display, is_uri

@@ -90,7 +90,7 @@ def _event_tables() -> tuple[str, ...]:
     """The demo tables fed by CES or Debezium (tests/channels/test_ces.py and tests/channels/test_debezium.py build
     them); the change-table tests leave them out, as their empty marts and tests cost each build
     about a third of its time."""
-    from runner.project.tables import tracked_tables
+    from cdc_simulator.tables import tracked_tables
 
     return tuple(t.name for t in tracked_tables(PROJECT_DIR) if t.channel != "change_tables")
 

@@ -15,7 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from cdc_simulator import landing_writer
-from runner.project.tables import Column, TableSpec, tracked_tables
+from cdc_simulator.tables import Column, TableSpec, tracked_tables
 from tests.conftest import INTERPRETED, PROJECT_DIR, Pipeline, copy_project
 
 # the change-table demo tables (the CES and Debezium demo tables have tests of their own)
@@ -76,13 +76,13 @@ class Warehouse:
         root = self.path(table)
         return sum(1 for p in root.rglob("*.parquet") if "_delta_log" not in p.parts) if root.is_dir() else 0
 
-    def start(self, *args: str) -> subprocess.Popen:
+    def start(self, *args: str, command: str = "run") -> subprocess.Popen:
         env = {**os.environ, "SQLSERVER_CDC_STATE_DIR": str(self.state), "SQLSERVER_CDC_SCHEMA": self.schema,
                "SQLSERVER_CDC_DRIVER_MEMORY": "2g",
                # interpreted expressions, as in the tests' session (tests/conftest.py INTERPRETED)
                "PYSPARK_SUBMIT_ARGS": " ".join(f"--conf {k}={v}" for k, v in INTERPRETED.items()) + " pyspark-shell"}
         return subprocess.Popen(
-            [sys.executable, "-m", "runner", "run", "--project-dir", str(self.project), "--landing", str(self.landing),
+            [sys.executable, "-m", "runner", command, "--project-dir", str(self.project), "--landing", str(self.landing),
              *args], cwd=PROJECT_DIR, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             start_new_session=True)
 

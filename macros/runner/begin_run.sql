@@ -54,21 +54,13 @@
     {{ exceptions.raise_compiler_error(sqlserver_cdc._not_supported('begin_run')) }}
 {%- endmacro %}
 
-{#- The previous run's ledger row (see begin_run), none before the first. -#}
+{#- The previous run's ledger row (see begin_run), none before the first: the fields the next
+    plan continues from, as the ledger holds them (runner/run/plan.py _previous reads them). -#}
 {% macro _previous_run(ledger) -%}
-    {%- set rows = run_query("select run_id, to_json(landed_through), to_json(exported_lsn), manifests_from, to_json(tables),"
-        ~ " to_json(streams), to_json(landed_lsn), to_json(upper_batch), retention_minutes from " ~ ledger ~ " where run_id = (select max(run_id) from "
+    {%- set rows = run_query("select to_json(struct(run_id, landed_through as landed, exported_lsn, manifests_from, tables,"
+        ~ " streams, landed_lsn, upper_batch, retention_minutes)) from " ~ ledger ~ " where run_id = (select max(run_id) from "
         ~ ledger ~ " where status in ('succeeded', 'failed', 'nothing_to_do'))").rows -%}
-    {%- if not rows -%}{{ return(none) }}{%- endif -%}
-    {%- set row = rows[0] -%}
-    {%- set tables = {} -%}
-    {%- for t in (fromjson(row[4]) if row[4] else []) -%}{%- do tables.update({t.tracked_table: t}) -%}{%- endfor -%}
-    {%- set streams = {} -%}
-    {%- for s in (fromjson(row[5]) if row[5] else []) -%}{%- do streams.update({s.channel: s}) -%}{%- endfor -%}
-    {{ return({'run_id': row[0], 'landed': sqlserver_cdc._json_map(row[1]), 'exported_lsn': sqlserver_cdc._json_map(row[2]),
-        'manifests_from': row[3] or '', 'tables': tables, 'streams': streams,
-        'landed_lsn': sqlserver_cdc._json_map(row[6]), 'upper_batch': sqlserver_cdc._json_map(row[7]),
-        'retention_minutes': row[8]}) }}
+    {{ return(fromjson(rows[0][0]) if rows else none) }}
 {%- endmacro %}
 
 {#- The tracked tables as the plan needs them (see begin_run). -#}
@@ -84,19 +76,15 @@
     {{ return(tables) }}
 {%- endmacro %}
 
-{#- What landed after batch `since` (see begin_run): {arrived, ces_unrouted, debezium_snapshot_end,
-    manifests, snapshots}. arrived: per source, {lsn, batch, records}: change_tables/<instance>
-    (the largest __$start_lsn), snapshots/<table>, cdc_metadata/<entity> (lsn_time_mapping: the
-    largest start_lsn), ces (the largest logicalid LSN) and debezium (the largest commit LSN of a
-    complete event; min_lsn the smallest, the replay check's floor: runner/run/plan.py), and per event
-    table, ces:<table> / debezium:<table>, the events routed to it.
-    A CES line whose table cannot be read before its message is reassembled (a segment of a split
-    message) sets ces_unrouted to its batch; a Debezium snapshot's end marker (last) sets
-    debezium_snapshot_end. -#}
+{#- What landed after batch `since` (see begin_run): {arrived, manifests, snapshots,
+    event_arrivals}. arrived: per source, {lsn, batch, records}: change_tables/<instance> (the
+    largest __$start_lsn), snapshots/<table>, cdc_metadata/<entity> (lsn_time_mapping: the largest
+    start_lsn). event_arrivals: the event lines of each declared event channel, grouped
+    (_event_arrivals), as [channel, route, complete, snapshot_end, lsn, batch, records, min_lsn]
+    rows, which runner/run/plan.py event_arrivals reads. -#}
 {% macro _arrivals(raw, since, manifests_from, tables) -%}
     {%- set since_sql = sqlserver_cdc._sql_string(since) -%}
     {%- set arrived, manifests, snapshots = {}, [], [] -%}
-    {%- set flags = {'ces_unrouted': none, 'debezium_snapshot_end': none} -%}
     {%- set query -%}
         select source, max(lsn), max(_batch_id), count(*), max(after_lsn), min(lsn)
         from (
@@ -133,34 +121,14 @@
             {%- do arrived.update({row[0]: {'lsn': row[1], 'min_lsn': row[5], 'batch': row[2], 'records': row[3] | int}}) -%}
         {%- endif -%}
     {%- endfor -%}
+    {%- set events = [] -%}
     {%- for channel in ['ces', 'debezium'] -%}
         {%- set routed = tables | selectattr('channel', 'equalto', channel) | list -%}
-        {%- if routed -%}
-            {%- set total = {'lsn': none, 'min_lsn': none, 'batch': none, 'records': 0} -%}
-            {%- for row in run_query(sqlserver_cdc._event_arrivals(channel, raw, since_sql, routed)) -%}
-                {#- row: route, complete (a trusted event), snapshot end marker, lsn, batch, records, min lsn -#}
-                {%- set lsn = row[3] if row[1] else none -%}
-                {%- do total.update({'lsn': [total.lsn or '', lsn or ''] | max or none, 'batch': [total.batch or '', row[4]] | max,
-                    'min_lsn': ([total.min_lsn, row[6]] | reject('none') | min) if row[1] and (total.min_lsn or row[6]) else total.min_lsn,
-                    'records': total.records + row[5] | int}) -%}
-                {%- if row[0] == '?' -%}
-                    {%- do flags.update({'ces_unrouted': [flags.ces_unrouted or '', row[4]] | max}) -%}
-                {%- elif row[0] and row[1] -%}
-                    {%- set key = channel ~ ':' ~ row[0] -%}
-                    {%- set seen = arrived.get(key, {'lsn': none, 'min_lsn': none, 'batch': '', 'records': 0}) -%}
-                    {%- do arrived.update({key: {'lsn': [seen.lsn or '', lsn or ''] | max or none,
-                        'min_lsn': ([seen.min_lsn, row[6]] | reject('none') | min) if seen.min_lsn or row[6] else none,
-                        'batch': [seen.batch, row[4]] | max, 'records': seen.records + row[5] | int}}) -%}
-                {%- endif -%}
-                {%- if row[2] -%}
-                    {%- do flags.update({'debezium_snapshot_end': [flags.debezium_snapshot_end or '', row[4]] | max}) -%}
-                {%- endif -%}
-            {%- endfor -%}
-            {%- if total.batch -%}{%- do arrived.update({channel: total}) -%}{%- endif -%}
-        {%- endif -%}
+        {%- for row in (run_query(sqlserver_cdc._event_arrivals(channel, raw, since_sql, routed)) if routed else []) -%}
+            {%- do events.append([channel, row[0], row[1], row[2], row[3], row[4], row[5] | int, row[6]]) -%}
+        {%- endfor -%}
     {%- endfor -%}
-    {{ return({'arrived': arrived, 'manifests': manifests, 'snapshots': snapshots, 'ces_unrouted': flags.ces_unrouted,
-        'debezium_snapshot_end': flags.debezium_snapshot_end}) }}
+    {{ return({'arrived': arrived, 'manifests': manifests, 'snapshots': snapshots, 'event_arrivals': events}) }}
 {%- endmacro %}
 
 {#- The event lines of `channel` landed after `since` grouped by the tracked table they route to

@@ -10,7 +10,8 @@ from pathlib import Path
 import yaml
 
 from runner.errors import UsageError
-from runner.project.tables import model_files, tracked_tables, write_model_files
+from runner.project.config import tracked_table_declarations
+from runner.project.tables import model_files, write_model_files
 from runner.project.yaml_edit import _delete_key, edit_yaml
 
 
@@ -19,7 +20,7 @@ def remove_tables(project_dir: Path, names: list[str]) -> list[str]:
     its three thin model files (and a marts folder left empty) and its models' YAML entries (a YAML
     file left without models goes); the rest of every file, comments included, is kept. Returns
     what it removed, one line per kind of file."""
-    declared = {t.name: t for t in tracked_tables(project_dir)}
+    declared = tracked_table_declarations(project_dir)
     unknown = [n for n in names if n not in declared]
     if unknown:
         raise UsageError(f"no tracked table {', '.join(unknown)} is declared in dbt_project.yml")
@@ -84,7 +85,7 @@ def copy_project(source: Path, destination: Path, tables: dict[str, dict], repla
         return [n for n in names if (top and n in _NOT_COPIED) or n.endswith(".egg-info") or n == "__pycache__"]
 
     shutil.copytree(source, destination, ignore=ignore)
-    declared = [t.name for t in tracked_tables(destination)]
+    declared = list(tracked_table_declarations(destination))
     if removed := (declared if replace else list(drop)):
         remove_tables(destination, removed)
     if tables:

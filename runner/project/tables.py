@@ -1,51 +1,13 @@
-"""Reads the tracked-table declarations from dbt_project.yml (the one place they live) and writes
-and checks each table's thin model files."""
+"""What the tracked-table declarations (runner/project/config.py TableDeclaration, read from
+dbt_project.yml, the one place they live) ask of the project: each table's thin model files,
+written and checked, and the columns its exports must carry."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 from runner.errors import UsageError
 from runner.project.config import tracked_table_declarations
-
-
-@dataclass(frozen=True)
-class Column:
-    name: str
-    type: str
-    ordinal: int
-
-
-@dataclass(frozen=True)
-class TableSpec:
-    name: str
-    capture_instance: str | None
-    key: tuple[str, ...]
-    columns: tuple[Column, ...]
-    channel: str = "change_tables"
-    # where CES events of the table come from (data.eventsource db, schema, tbl)
-    source: tuple[str | None, str, str] | None = None
-    demo: bool = False  # declared `demo: true`: one of the demo's tables, which `python -m runner init` removes
-
-    @property
-    def non_key(self) -> list[Column]:
-        return [c for c in self.columns if c.name not in self.key]
-
-
-def tracked_tables(project_dir: Path) -> list[TableSpec]:
-    """The declared tracked tables (runner/project/config.py checks them). With several capture instances
-    a column's ordinal is optional: its position (docs/tables.md "Capture-instance changes")."""
-    specs = []
-    for name, table in tracked_table_declarations(project_dir).items():
-        columns = tuple(Column(c.name, c.type, c.ordinal if c.ordinal is not None else i)
-                        for i, c in enumerate(table.columns, 1))
-        if table.channel == "change_tables":
-            specs.append(TableSpec(name, table.instances[-1][0], tuple(table.key), columns, demo=table.demo))
-        else:
-            source = (table.source_database, table.source_schema, table.source_table)
-            specs.append(TableSpec(name, None, tuple(table.key), columns, table.channel, source, table.demo))
-    return specs
 
 
 def exported_columns(project_dir: Path) -> dict[str, list[str]]:
@@ -77,10 +39,10 @@ def check_model_files(project_dir: Path) -> None:
     it). Raises UsageError naming the table and the missing files."""
     present = {p.name for p in (project_dir / "models").rglob("*.sql")}
     problems = []
-    for t in tracked_tables(project_dir):
-        names = [Path(f).name for f in model_files(t.name, t.channel)]
+    for name, t in tracked_table_declarations(project_dir).items():
+        names = [Path(f).name for f in model_files(name, t.channel)]
         if missing := [n for n in names if n not in present]:
-            problems.append(f"tracked table '{t.name}' has no model file {', '.join(missing)}")
+            problems.append(f"tracked table '{name}' has no model file {', '.join(missing)}")
     if problems:
         raise UsageError("; ".join(problems) + " (docs/tables.md \"Declaring a tracked table\" shows them; "
                          "`python -m runner scaffold` writes them for change-table instances)")

@@ -814,8 +814,9 @@ def plain_windows(plan: Plan, outcome: Outcome) -> dict[str, dict[str, dict]]:
 # ---- reading the facts -------------------------------------------------------------------------
 
 def _previous(row: dict, landed) -> PreviousRun:
-    """The previous run's ledger row. A row of an earlier release has no landed_through: its
-    channels' high-water marks stand in for it."""
+    """The previous run's ledger row, as begin_run reads it (its landed_through as `landed`;
+    tables and streams the ledger's arrays of rows). A row of an earlier release has no
+    landed_through: its channels' high-water marks stand in for it."""
     through = landed(row.get("landed"))
     if not through:
         lsns, batches = row.get("landed_lsn") or {}, row.get("upper_batch") or {}
@@ -823,18 +824,52 @@ def _previous(row: dict, landed) -> PreviousRun:
         through = {key: Landed(lsns.get(channel), batches.get(channel) or "") for key, channel in old.items()
                    if lsns.get(channel)}
     return PreviousRun(row["run_id"], through, dict(row.get("exported_lsn") or {}), row.get("manifests_from") or "",
-                       dict(row.get("tables") or {}), dict(row.get("streams") or {}),
+                       {t["tracked_table"]: t for t in row.get("tables") or []},
+                       {s["channel"]: s for s in row.get("streams") or []},
                        int(row["retention_minutes"]) if row.get("retention_minutes") is not None else None)
 
 
 # the facts the runner decides itself, before begin_run: what of the landing folder lands
 # (runner/sources/landing.py Intake.facts)
 INTAKE_FACTS = ("refused", "waiting", "ignored")
+# the facts read from begin_run's event_arrivals (see event_arrivals), which it reports instead
+EVENT_FACTS = ("ces_unrouted", "debezium_snapshot_end")
 
 
 def report_keys() -> frozenset[str]:
-    """The keys of begin_run's report, the one schema of it: Facts' fields but INTAKE_FACTS."""
-    return frozenset(f.name for f in fields(Facts)) - frozenset(INTAKE_FACTS)
+    """The keys of begin_run's report, the one schema of it: Facts' fields but INTAKE_FACTS and
+    EVENT_FACTS, and event_arrivals."""
+    return frozenset(f.name for f in fields(Facts)) - frozenset(INTAKE_FACTS + EVENT_FACTS) | {"event_arrivals"}
+
+
+def event_arrivals(rows: list[list]) -> dict[str, object]:
+    """The event channels' part of the facts, from begin_run's event_arrivals: the event lines
+    landed since the previous run grouped as [channel, route, complete, snapshot_end, lsn, batch,
+    records, min_lsn] (route: the tracked table the lines route to, '?' for CES segments whose
+    message is not reassembled yet, None for none; complete: trusted events with an LSN). Returns
+    {arrived, ces_unrouted, debezium_snapshot_end}: arrived has per channel every line (lsn and
+    min_lsn of the complete events: the replay check's floor is min_lsn, see _replay_floor) and
+    per table, "<channel>:<table>", its complete events; ces_unrouted, the last batch with an
+    unrouted CES segment (every CES table may have new events); debezium_snapshot_end, the last
+    batch with a Debezium snapshot's end marker (it completes the snapshot of every table)."""
+    arrived: dict[str, dict] = {}
+    flags: dict[str, str | None] = {"ces_unrouted": None, "debezium_snapshot_end": None}
+
+    def add(key: str, lsn: str | None, min_lsn: str | None, batch: str, records: int) -> None:
+        seen = arrived.setdefault(key, {"lsn": None, "min_lsn": None, "batch": "", "records": 0})
+        seen["lsn"] = _max(seen["lsn"], lsn)
+        seen["min_lsn"] = min(x for x in (seen["min_lsn"], min_lsn) if x) if seen["min_lsn"] or min_lsn else None
+        seen["batch"], seen["records"] = max(seen["batch"], batch), seen["records"] + int(records)
+
+    for channel, route, complete, snapshot_end, lsn, batch, records, min_lsn in rows:
+        add(channel, lsn if complete else None, min_lsn if complete else None, batch, records)
+        if route == "?":
+            flags["ces_unrouted"] = max(flags["ces_unrouted"] or "", batch)
+        elif route and complete:
+            add(f"{channel}:{route}", lsn, min_lsn, batch, records)
+        if snapshot_end:
+            flags["debezium_snapshot_end"] = max(flags["debezium_snapshot_end"] or "", batch)
+    return {"arrived": arrived, **flags}
 
 
 def facts_from_report(report: dict, intake: dict | None = None) -> Facts:
@@ -852,7 +887,8 @@ def facts_from_report(report: dict, intake: dict | None = None) -> Facts:
                 if v and (v.get("batch") or v.get("lsn"))}
 
     previous = report.get("previous")
-    report = {**report, **(intake or {})}
+    events = event_arrivals(report["event_arrivals"])
+    report = {**report, **(intake or {}), **events, "arrived": {**report.get("arrived", {}), **events["arrived"]}}
     return Facts(
         run_id=report["run_id"],
         tables=tuple(Table(t["name"], t["channel"], tuple((i["name"].lower(), bool(i.get("dropped"))) for i in t["instances"]),

@@ -9,7 +9,8 @@ import shlex
 
 import pytest
 
-from runner.project.tables import model_files, tracked_tables
+from cdc_simulator.tables import tracked_tables
+from runner.project.tables import model_files
 from tests.conftest import PROJECT_DIR
 
 PAGES = [PROJECT_DIR / "README.md", *sorted((PROJECT_DIR / "docs").glob("*.md"))]

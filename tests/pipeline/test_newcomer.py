@@ -15,7 +15,7 @@ import pytest
 
 from cdc_simulator import landing_writer
 from cdc_simulator.simulate import Simulator
-from runner.project.tables import Column, TableSpec, tracked_tables
+from cdc_simulator.tables import Column, TableSpec, tracked_tables
 from runner.run import cli
 from runner.run.dbt import Dbt
 from tests.conftest import PROJECT_DIR, Pipeline, copy_project

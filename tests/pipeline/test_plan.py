@@ -24,6 +24,7 @@ from runner.run.plan import (
     advance,
     batch_id,
     dbt_build,
+    event_arrivals,
     export_cut,
     facts_from_report,
     lsn_increment,
@@ -46,8 +47,8 @@ SEEDS = {"cdc_operations": Seed("cdc_operations", "c1"), "sqlserver_types": Seed
 
 def report(**given) -> dict:
     """A report of begin_run with every key its schema has (plan.report_keys), empty unless given."""
-    empty = {"run_id": "b2", "tables": [], "previous": None, "landed_now": {}, "arrived": {}, "ces_unrouted": None,
-             "debezium_snapshot_end": None, "manifests": [], "snapshots": [], "watermarks": {}, "relations": [],
+    empty = {"run_id": "b2", "tables": [], "previous": None, "landed_now": {}, "arrived": {}, "event_arrivals": [],
+             "manifests": [], "snapshots": [], "watermarks": {}, "relations": [],
              "instance_min_lsn": {}, "views_digest": "", "seeds": {},
              "late_commit_times": {}, "cdc_jobs_retention": None}
     return {**empty, **given}
@@ -471,6 +472,25 @@ def test_event_tables_build_when_their_events_arrive_and_segments_count_for_ever
     assert out.watermarks["employees_current"] == Watermark(lsn(20), "b2", "d3")
 
 
+def test_event_arrivals_give_each_channel_every_line_and_each_table_its_complete_events():
+    rows = [  # channel, route, complete, snapshot_end, lsn, batch, records, min_lsn
+        ["ces", "employees", True, False, lsn(12), "b3", 2, lsn(11)],
+        ["ces", "employees", False, False, None, "b4", 1, None],  # untrusted: counts for the channel only
+        ["ces", "?", False, False, None, "b4", 1, None],  # a segment of a message not reassembled yet
+        ["ces", None, True, False, lsn(30), "b2", 5, lsn(5)],  # another database's table
+        ["debezium", "items", True, True, lsn(7), "b3", 4, lsn(6)],
+        ["debezium", "items", True, False, lsn(9), "b2", 1, lsn(9)],
+    ]
+    got = event_arrivals(rows)
+    assert got["arrived"] == {
+        "ces": {"lsn": lsn(30), "min_lsn": lsn(5), "batch": "b4", "records": 9},
+        "ces:employees": {"lsn": lsn(12), "min_lsn": lsn(11), "batch": "b3", "records": 2},
+        "debezium": {"lsn": lsn(9), "min_lsn": lsn(6), "batch": "b3", "records": 5},
+        "debezium:items": {"lsn": lsn(9), "min_lsn": lsn(6), "batch": "b3", "records": 5}}
+    assert got["ces_unrouted"] == "b4" and got["debezium_snapshot_end"] == "b3"
+    assert event_arrivals([]) == {"arrived": {}, "ces_unrouted": None, "debezium_snapshot_end": None}
+
+
 def test_kafka_landed_events_plan_as_file_lines_and_offsets_rows_count_for_nothing():
     """Kafka sources land records as the channel's lines (begin_run leaves their offsets rows out
     of what landed): the report of a run that read two CES records from Kafka."""
@@ -478,8 +498,7 @@ def test_kafka_landed_events_plan_as_file_lines_and_offsets_rows_count_for_nothi
         run_id="b2", tables=[{"name": "employees", "channel": "ces", "instances": [], "digest": "d3"}],
         previous={"run_id": "b1", "landed": {"ces": {"lsn": lsn(10), "batch": "b1"}}},
         landed_now={"ces/orders-topic": 2},
-        arrived={"ces": {"lsn": lsn(12), "min_lsn": lsn(11), "batch": "b2"},
-                 "ces:employees": {"lsn": lsn(12), "min_lsn": lsn(11), "batch": "b2"}},
+        event_arrivals=[["ces", "employees", True, False, lsn(12), "b2", 2, lsn(11)]],
         watermarks={"employees_current": {"lsn": lsn(10), "batch": "b1", "declaration": "d3"},
                     "employees_history": {"lsn": lsn(10), "batch": "b1", "declaration": "d3"},
                     "stg_ces__employees": {"batch": "b1"}, "stg_ces__events": {"batch": "b1"}},
@@ -488,6 +507,7 @@ def test_kafka_landed_events_plan_as_file_lines_and_offsets_rows_count_for_nothi
                    "stg_cdc_metadata__captured_columns"])
     f = facts_from_report(kafka)
     p = plan_run(f)
+    assert f.arrived == {"ces": Landed(lsn(12), "b2", lsn(11)), "ces:employees": Landed(lsn(12), "b2", lsn(11))}
     assert f.landed_now == {"ces/orders-topic": 2}
     assert p.tables["employees"].apply and p.upper_lsn["ces"] == lsn(12)
     assert "stg_ces__events" in p.build

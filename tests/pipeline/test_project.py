@@ -135,8 +135,8 @@ def test_a_declared_name_that_generated_sql_cannot_carry_is_refused_naming_it(ch
 ])
 def test_the_runner_refuses_a_declaration_it_cannot_read_naming_the_table_and_field(tmp_path, change, message):
     """Before Spark starts (runner/project/config.py), with the field's path; the dbt side checks the rest."""
+    from cdc_simulator.tables import tracked_tables
     from runner.errors import UsageError
-    from runner.project.tables import tracked_tables
 
     config = yaml.safe_load((PROJECT_DIR / "dbt_project.yml").read_text())
     config["vars"]["cdc_tracked_tables"]["customers"].update(change)

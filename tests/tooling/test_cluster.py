@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from cdc_simulator import demo_data
+from cdc_simulator.tables import tracked_tables
 from cdc_tooling.cluster import PORTS, Cluster, down, listening, process_tree, up
 from cdc_tooling.hdfs import Hdfs
-from runner.project.tables import tracked_tables
 from runner.run import report
 from tests.conftest import PROJECT_DIR, Pipeline, free_ports
 
