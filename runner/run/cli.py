@@ -60,10 +60,24 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--accept-kafka-gap", nargs="+", default=[], metavar="SOURCE",
                      help="Kafka sources whose retention gap (or recreated topic) to skip, once a snapshot is landed")
 
+    resident = sub.add_parser("serve", help="stay resident: a run at start, every --every seconds and as soon as new "
+                                            "files settle in the landing folder, with metrics and health over HTTP")
+    common(resident)
+    resident.add_argument("--every", type=float, default=300, metavar="SECONDS",
+                          help="run at least this often (default 300; Kafka sources are read then)")
+    resident.add_argument("--poll", type=float, default=2, metavar="SECONDS",
+                          help="list the landing folder this often (default 2)")
+    resident.add_argument("--max-failures", type=int, default=3, metavar="N",
+                          help="failed runs in a row that make /healthz answer 503 (default 3; 0: never)")
+    resident.add_argument("--metrics-port", type=int, default=9464, metavar="PORT",
+                          help="serve /metrics (Prometheus) and /healthz on this port (default 9464; 0: any free port)")
+    resident.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST",
+                          help="the address to bind (default 127.0.0.1: this machine only)")
+
     audit = sub.add_parser("audit", help="run every data test on whole tables (a normal run checks only its batch)")
     common(audit)
     audit.add_argument("--select", nargs="+", default=[], help="dbt selection of the tests' models (default: everything)")
-    for p in (run, audit):
+    for p in (run, audit, resident):
         p.add_argument("--wait", type=float, default=0, metavar="SECONDS",
                        help="when another runner holds the warehouse, wait up to SECONDS for it (default: exit 2 at once)")
 
@@ -93,7 +107,7 @@ def run_pipeline(project_dir: Path, target, landing_dir: Path | str | Folder, *,
                  progress=None, kafka_sources: list | None = None, accept_kafka_gap: list[str] = (),
                  nodes: list | None = None, listed: dict[str, tuple[int, int]] | None = None,
                  min_headroom: float | None = None, notes: list | None = None,
-                 timings: dict | None = None) -> list[dict]:
+                 timings: dict | None = None, rows: list | None = None) -> list[dict]:
     """Lands, plans, builds and reports one run; returns the summary rows (one per tracked table)
     and adds the build's node results (runner.run.plan.NodeResult) to `nodes` when given.
     Four dbt invocations on one parse of the project (docs/operations.md "The runner"): `run-operation
@@ -195,6 +209,8 @@ def run_pipeline(project_dir: Path, target, landing_dir: Path | str | Folder, *,
     timings["record"] = time.monotonic() - clock
     progress.step(f"recorded the watermarks and the run ledger's row ({timings['record']:.1f} s)")
     summary = finished["tables"]
+    if rows is not None:  # also when the run fails below, or has nothing to do
+        rows.extend(summary)
     quarantined = sum(int(r["quarantined"]) for r in summary)
     if the_plan.status != "nothing_to_do":
         for stream in finished["streams"]:
@@ -316,13 +332,13 @@ def main(argv: list[str] | None = None, kafka_sources: list | None = None) -> in
             return _init(args, progress)
         target = load_target(args.project_dir, args.target)
         if kafka_sources is None:
-            kafka_sources = kafka.sources(args.project_dir) if args.command == "run" else []
+            kafka_sources = kafka.sources(args.project_dir) if args.command in ("run", "serve") else []
         # a local folder, or a URI listed through fsspec for a target whose Spark runs elsewhere, is listed
         # before Spark starts; a URI on a session target through Hadoop in the runner's SparkSession
         # (runner/sources/folders.py)
         through_spark = is_uri(_landing_dir(args)) and target.owns_jvm
         folder = open_folder(_landing_dir(args), hadoop=target.owns_jvm)  # a URI with a secret is refused here
-        if args.command == "run" and not kafka_sources and not through_spark:
+        if args.command in ("run", "serve") and not kafka_sources and not through_spark:
             landing.discover(folder)  # a missing landing folder is a usage error: fail before Spark
         check_model_files(args.project_dir)
         for source in kafka_sources:  # settings and secrets checked before Spark starts
@@ -335,48 +351,20 @@ def main(argv: list[str] | None = None, kafka_sources: list | None = None) -> in
         with RunnerLock(lock_path(target, args.project_dir), target.name).acquire(args.wait, progress) as held:
             if describe_previous(held):
                 progress.step(describe_previous(held))
+            if args.command == "serve":
+                return _serve(args, target, held, kafka_sources, progress)
             listed = None
             if args.command != "audit" and not through_spark and not (kafka_sources and not folder.exists()):
                 # the first of two listings: a file that changes before landing's is still being written
                 listed = landing.listing(folder)
-            last_run = _last_run(args, target, held, bool(kafka_sources))
-            if last_run:
-                if recorded := last_run.unchanged_since():
-                    progress.step(f"nothing new landed since the run that finished at {recorded['finished_at']}, and "
-                                  "the warehouse and the project are as it left them: nothing to build (Spark not started)")
-                    for line in recorded.get("notes") or []:  # still true: nothing changed since
-                        progress.step(line)
-                    progress.step("OK")
-                    return EXIT_OK
-                last_run.forget()  # a run that does not succeed leaves no record
-            if target.method == "session":
-                if stopped := held.stop_orphan_jvm():
-                    progress.step(stopped)
-                master = target.spark_conf.get("spark.master", "local")
-                on = f", Spark Connect {target.remote}" if target.remote else "" if master.startswith("local") else f", master {master}"
-                progress.step(f"starting Spark (target {target.name}{on})")
-                spark = create_session(target, args.project_dir)  # dbt-spark's session method reuses it
-                if not target.remote:  # a Connect session's JVM is the server's
-                    held.record_jvm(spark._jvm.java.lang.ProcessHandle.current().pid())
-                if args.command == "run" and through_spark:  # a URI's first listing, once Spark can read it
-                    folder = open_folder(_landing_dir(args), spark)
-                    listed = landing.listing(folder) if folder.exists() or not kafka_sources else None
-            else:
-                progress.step(f"target {target.name}: sending SQL to Spark through dbt-spark method {target.method}")
+            last_run = last_run_record(args, target, held, bool(kafka_sources))
+            if last_run and unchanged(last_run, progress):
+                progress.step("OK")
+                return EXIT_OK
+            folder, first_listing = start_spark(args, target, held, progress, kafka_sources)
             if args.command == "audit":
                 return _audit(args, target, progress)
-            notes: list[str] = []
-            run_pipeline(
-                args.project_dir, target, folder,
-                select=getattr(args, "select", []), full_refresh=getattr(args, "full_refresh", False),
-                restage=getattr(args, "restage", False),
-                upper_lsn=getattr(args, "upper_lsn", None), strict=getattr(args, "strict", False), progress=progress,
-                min_headroom=getattr(args, "min_headroom", None),
-                kafka_sources=kafka_sources, accept_kafka_gap=getattr(args, "accept_kafka_gap", []), listed=listed,
-                notes=notes,
-            )
-            if last_run:
-                last_run.remember(notes)
+            run_once(args, target, folder, kafka_sources, progress, first_listing or listed, last_run)
         progress.step("OK")
         return EXIT_OK
     except RunnerError as exc:
@@ -384,7 +372,97 @@ def main(argv: list[str] | None = None, kafka_sources: list | None = None) -> in
         return exc.exit_code
 
 
-def _last_run(args, target, held: RunnerLock, reads_kafka: bool) -> LastRun | None:
+def unchanged(last_run: LastRun, progress, resident: bool = False) -> bool:
+    """True when nothing changed since the last successful plain run (said, with its notes, which
+    are still true); otherwise its record is forgotten (a run that does not succeed leaves none)."""
+    if recorded := last_run.unchanged_since():
+        progress.step(f"nothing new landed since the run that finished at {recorded['finished_at']}, and "
+                      "the warehouse and the project are as it left them: nothing to build "
+                      f"({'no Spark job' if resident else 'Spark not started'})")
+        for line in recorded.get("notes") or []:
+            progress.step(line)
+        return True
+    last_run.forget()
+    return False
+
+
+def start_spark(args, target, held: RunnerLock, progress, kafka_sources: list) -> tuple[Folder, dict | None]:
+    """Starts the target's SparkSession (a session target; dbt-spark's session method reuses it),
+    recording its JVM in the lock; returns the landing folder (a URI on a session target is listed
+    through Hadoop in that session, runner/sources/folders.py) and, for such a URI, its first
+    listing."""
+    folder = open_folder(_landing_dir(args), hadoop=target.owns_jvm)
+    if target.method != "session":
+        progress.step(f"target {target.name}: sending SQL to Spark through dbt-spark method {target.method}")
+        return folder, None
+    if stopped := held.stop_orphan_jvm():
+        progress.step(stopped)
+    master = target.spark_conf.get("spark.master", "local")
+    on = f", Spark Connect {target.remote}" if target.remote else "" if master.startswith("local") else f", master {master}"
+    progress.step(f"starting Spark (target {target.name}{on})")
+    spark = create_session(target, args.project_dir)
+    if not target.remote:  # a Connect session's JVM is the server's
+        held.record_jvm(spark._jvm.java.lang.ProcessHandle.current().pid())
+    if args.command in ("run", "serve") and is_uri(_landing_dir(args)) and target.owns_jvm:
+        folder = open_folder(_landing_dir(args), spark)
+        return folder, (landing.listing(folder) if folder.exists() or not kafka_sources else None)
+    return folder, None
+
+
+def run_once(args, target, folder: Folder, kafka_sources: list, progress, listed: dict | None,
+             last_run: LastRun | None, rows: list | None = None) -> list[dict]:
+    """One run of the pipeline with the command line's options (run_pipeline); records the
+    fingerprint of a successful plain run (last_run). Returns its summary rows, none when it had
+    nothing to do (`rows` receives them in any case, also when the run fails after recording them)."""
+    notes: list[str] = []
+    summary = run_pipeline(
+        args.project_dir, target, folder,
+        select=getattr(args, "select", []), full_refresh=getattr(args, "full_refresh", False),
+        restage=getattr(args, "restage", False),
+        upper_lsn=getattr(args, "upper_lsn", None), strict=getattr(args, "strict", False), progress=progress,
+        min_headroom=getattr(args, "min_headroom", None),
+        kafka_sources=kafka_sources, accept_kafka_gap=getattr(args, "accept_kafka_gap", []), listed=listed,
+        notes=notes, rows=rows,
+    )
+    if last_run:
+        last_run.remember(notes)
+    return summary
+
+
+def _serve(args, target, held: RunnerLock, kafka_sources: list, progress) -> int:
+    """`serve`: Spark started once, then runner/run/serve.py's loop of runs."""
+    from runner.run.serve import serve
+
+    folder, _ = start_spark(args, target, held, progress, kafka_sources)
+
+    def listing() -> dict | None:
+        return None if kafka_sources and not folder.exists() else landing.listing(folder)
+
+    def run(listed: dict | None) -> tuple[str, list[dict], str]:
+        last_run = last_run_record(args, target, held, bool(kafka_sources))
+        if last_run and unchanged(last_run, progress, resident=True):
+            return "nothing_to_do", [], ""
+        rows: list[dict] = []
+        try:
+            summary = run_once(args, target, folder, kafka_sources, progress, listed, last_run, rows)
+        except PipelineFailed as exc:  # what it applied counts, as the ledger's row says
+            return "failed", rows, str(exc)
+        return ("succeeded" if summary else "nothing_to_do"), rows, ""
+
+    def alive() -> bool:
+        if not target.owns_jvm:
+            return True
+        from pyspark.sql import SparkSession
+
+        try:
+            return SparkSession.getActiveSession().sql("select 1").collect()[0][0] == 1
+        except Exception:  # noqa: BLE001 - a session that cannot answer is gone, whatever the error
+            return False
+
+    return serve(args, progress, listing, run, alive)
+
+
+def last_run_record(args, target, held: RunnerLock, reads_kafka: bool) -> LastRun | None:
     """The record of the last successful plain run, for a plain `run` of a session target that
     reads no Kafka source (only a Kafka client can tell whether a topic has new records; docs/operations.md
     "The runner"). Other runs get None, and delete any record: they may change the marts."""
@@ -392,6 +470,8 @@ def _last_run(args, target, held: RunnerLock, reads_kafka: bool) -> LastRun | No
             or is_uri(target.spark_conf.get("spark.sql.warehouse.dir", ""))):
         return None
     last_run = LastRun(held.path.with_name("last_run.json"), args.project_dir, _landing_dir(args), target)
+    if args.command == "serve" and not reads_kafka:
+        return last_run
     if args.command == "run" and not (args.full_refresh or args.restage or args.select or args.upper_lsn or reads_kafka):
         return last_run
     last_run.forget()
@@ -424,10 +504,10 @@ def _pairs(items: list[str], option: str, form: str) -> dict[str, str]:
 def _init(args, progress) -> int:
     """Removes the demo's tables (declared with `demo: true`) from the project, once the demo's
     data is gone (docs/tables.md "Your own tables")."""
+    from runner.project.config import tracked_table_declarations
     from runner.project.init import remove_tables
-    from runner.project.tables import tracked_tables
 
-    demo = [t.name for t in tracked_tables(args.project_dir) if t.demo]
+    demo = [name for name, t in tracked_table_declarations(args.project_dir).items() if t.demo]
     if not demo:
         progress.step("no demo table is declared (init ran before): nothing to remove")
         progress.step("OK")

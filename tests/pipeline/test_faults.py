@@ -3,9 +3,12 @@ inside a landing append, inside a mart's MERGE and between the marts' commits an
 watermarks, then re-run, give the marts of uninterrupted runs with every landed record exactly
 once; a reader during a run sees each mart before or after its commit, never in between; a
 second runner exits 2 naming the holder, or waits with --wait (and, nothing having changed since
-the holder's run, exits without starting Spark); a lock left by a killed run is taken over.
+the holder's run, exits without starting Spark); a lock left by a killed run is taken over. The
+last holder is a resident runner (`python -m runner serve`): it takes in batches as they land,
+goes on after a run that refuses a file, serves metrics equal to the ledger's rows, and on
+SIGTERM finishes its run and exits 0.
 
-The runners are `python -m runner run` processes with their own state folder (the embedded
+The runners are `python -m runner run` (and `serve`) processes with their own state folder (the embedded
 metastore admits one JVM); this test's session reads their Delta tables by path."""
 
 from __future__ import annotations
@@ -13,10 +16,14 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import threading
 import time
+import urllib.error
+import urllib.request
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from cdc_simulator.simulate import Simulator
 from runner.run.lock import process_start
@@ -118,8 +125,9 @@ def test_killed_runs_rerun_to_the_same_marts_readers_see_whole_commits_one_runne
             assert any(state == expected_state(spec, sim, upper, mart) for upper in uppers), f"{spec.name}_{mart}"
             before[(spec.name, mart)] = state
 
-    # 4. the last re-run holds the lock while a session reads the marts (each read sees the state
-    #    before the run or after it), a second runner exits 2 naming it and a third waits its turn
+    # 4. a resident runner (`serve`) holds the lock; its first run takes in b5 while a session
+    #    reads the marts (each read sees the state before the run or after it); a second runner
+    #    exits 2 naming it and a third waits its turn (until the service stops)
     land(sim.run(15), "b5")
     after = sim.transactions[-1].commit_lsn
     states = {key: (old, expected_state(next(t for t in TABLES if t.name == key[0]), sim, after, key[1]))
@@ -141,14 +149,16 @@ def test_killed_runs_rerun_to_the_same_marts_readers_see_whole_commits_one_runne
                     return
             time.sleep(0.5)  # leave the runner most of the two cores
 
-    holder = wh.start()
+    recorded_before = {r["run_id"] for r in wh.rows("cdc_runs")}
+    port = _free_port()
+    holder = wh.start("--poll", "0.3", "--every", "3600", "--metrics-port", str(port), "--max-failures", "2", command="serve")
     reader = threading.Thread(target=read_while_running)
     reader.start()
     try:
         lock = tmp_path / "state" / "runner.run.lock"
         deadline = time.monotonic() + 120
         while not (lock.exists() and f'"pid": {holder.pid}' in lock.read_text()):
-            assert holder.poll() is None and time.monotonic() < deadline, "the first runner never took the lock"
+            assert holder.poll() is None and time.monotonic() < deadline, "the service never took the lock"
             time.sleep(0.05)
         refused = wh.start()
         out, _ = refused.communicate(timeout=120)
@@ -156,15 +166,86 @@ def test_killed_runs_rerun_to_the_same_marts_readers_see_whole_commits_one_runne
         last = out.strip().splitlines()[-1]
         assert "FAILED: another runner holds this warehouse" in last and f"pid {holder.pid} on host" in last, last
         waiting = wh.start("--wait", str(TIMEOUT))
-        for proc in (holder, waiting):
-            out, _ = proc.communicate(timeout=TIMEOUT)
-            assert proc.returncode == 0, out[-3000:]
+        _scraped(holder, port, lambda m: m.get(("sqlserver_cdc_runs_total", "succeeded"), 0) >= 1)
     finally:
         done.set()
         reader.join()
     assert not errors, errors
     assert "before" in seen, "the reader never read during the run"
+    _check(wh, sim, after, records)
+
+    # 5. a file the service refuses fails its run, and it goes on (healthy until --max-failures
+    #    runs fail in a row); its metrics equal the ledger's rows of its runs
+    cut = landing / "change_tables" / TABLES[0].capture_instance / "zz_cut.csv"
+    cut.write_text("id\n1")
+    metrics = _scraped(holder, port, lambda m: m.get(("sqlserver_cdc_runs_total", "failed"), 0) >= 1)
+    assert _get(port, "/healthz") == (200, "ok")
+    ledger = sorted((r for r in wh.rows("cdc_runs") if r["run_id"] not in recorded_before), key=lambda r: r["run_id"])
+    assert len(ledger) == 2 and any("zz_cut.csv" in reason for reason in ledger[-1]["refused"])
+    for t in TABLES:
+        rows = [row for r in ledger for row in r["tables"] if row["tracked_table"] == t.name]
+        assert metrics[("sqlserver_cdc_table_changes_applied_total", t.name)] == sum(row["changes_applied"] for row in rows) > 0
+        assert metrics[("sqlserver_cdc_table_rows_landed_total", t.name)] == sum(row["rows_landed"] for row in rows) > 0
+        assert metrics.get(("sqlserver_cdc_table_lag_seconds", t.name)) == rows[-1]["lag_seconds"]
+
+    # 6. the refused file removed and a new batch landed, SIGTERM during the run that takes them
+    #    in: the run finishes, the service exits 0, and the waiting runner finds nothing new
+    staged = tmp_path / "staged"
+    wh.landing = staged  # written beside, then moved in at once: the service must not see it half-written
+    land(sim.run(10), "b6")
+    wh.landing = landing
+    after = sim.transactions[-1].commit_lsn
+    files = wh.data_files("landed_rows")
+    cut.unlink()
+    for f in sorted(staged.rglob("*")):
+        if f.is_file():
+            (landing / f.relative_to(staged)).parent.mkdir(parents=True, exist_ok=True)
+            f.rename(landing / f.relative_to(staged))
+    deadline = time.monotonic() + TIMEOUT
+    while wh.data_files("landed_rows") == files:
+        assert holder.poll() is None and time.monotonic() < deadline, "the service never took in b6"
+        time.sleep(0.05)
+    os.kill(holder.pid, signal.SIGTERM)
+    served, _ = holder.communicate(timeout=TIMEOUT)
+    assert holder.returncode == 0, served[-3000:]
+    assert "SIGTERM: stopping after the current run" in served and served.strip().endswith("stopped"), served[-3000:]
+    out, _ = waiting.communicate(timeout=TIMEOUT)
+    assert waiting.returncode == 0, out[-3000:]
     assert "waiting up to" in out and "nothing new landed" in out
-    # the holder's run succeeded and nothing changed since: the waiting run exits before Spark
+    # the service's last run succeeded and nothing changed since: the waiting run exits before Spark
     assert "nothing to build (Spark not started)" in out, out[-3000:]
     _check(wh, sim, after, records)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _get(port: int, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as answer:
+            return answer.status, answer.read().decode().strip()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode().strip()
+
+
+def _scraped(proc, port: int, condition) -> dict:
+    """The service's metrics ({(name, label value): value}) once condition(metrics) holds."""
+    deadline = time.monotonic() + TIMEOUT
+    while True:
+        assert proc.poll() is None, f"the service ended: {proc.stdout.read()[-3000:]}"
+        assert time.monotonic() < deadline, "the service's metrics never showed the run"
+        try:
+            status, text = _get(port, "/metrics")
+        except OSError:  # not listening yet (Spark starting)
+            status, text = 0, ""
+        if status == 200:
+            metrics = {}
+            for family in text_string_to_metric_families(text):
+                for sample in family.samples:
+                    metrics[(sample.name, next(iter(sample.labels.values()), None))] = sample.value
+            if condition(metrics):
+                return metrics
+        time.sleep(0.3)

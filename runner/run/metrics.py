@@ -1,0 +1,108 @@
+"""The resident runner's metrics and health, in Prometheus' exposition format (`prometheus_client`),
+served over HTTP on 127.0.0.1 by default: `/metrics` and `/healthz` (docs/operations.md "The resident
+runner"). Every value comes from what a run reported (its summary rows, the same the run ledger
+holds), so the metrics and the ledger agree."""
+
+from __future__ import annotations
+
+import threading
+import time
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
+
+PREFIX = "sqlserver_cdc"
+# how a run ended, as runs_total counts them: succeeded, nothing_to_do (nothing new: no Spark job),
+# failed (a refused file, a failed model or check: the service goes on), error (any other)
+STATUSES = ("succeeded", "nothing_to_do", "failed", "error")
+
+
+class Metrics:
+    """The service's metrics (a registry of its own) and its health: unhealthy after
+    `max_failures` failed runs in a row, or when no run succeeded for `stale_after` seconds."""
+
+    def __init__(self, max_failures: int = 3, stale_after: float | None = None):
+        self.registry = CollectorRegistry()
+        self.max_failures, self.stale_after = max_failures, stale_after
+        self.failures_in_a_row = 0
+        self.started = time.time()
+        self.last_success: float | None = None
+        self.last_error = ""
+        r, table = self.registry, ["table"]
+        self.runs = Counter(f"{PREFIX}_runs", "Runs by how they ended", ["status"], registry=r)
+        self.duration = Histogram(f"{PREFIX}_run_duration_seconds", "Wall time of a run", registry=r,
+                                  buckets=(0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800))
+        self.last_run = Gauge(f"{PREFIX}_last_run_timestamp_seconds", "When the last run ended", registry=r)
+        self.last_ok = Gauge(f"{PREFIX}_last_success_timestamp_seconds", "When the last run that succeeded ended "
+                             "(nothing new counts)", registry=r)
+        self.in_a_row = Gauge(f"{PREFIX}_consecutive_failures", "Runs that failed in a row", registry=r)
+        self.healthy = Gauge(f"{PREFIX}_healthy", "1 when /healthz answers 200", registry=r)
+        self.lag = Gauge(f"{PREFIX}_table_lag_seconds", "How far the commit time a table's current-state mart reached "
+                         "lags the capture high-water mark (change tables)", table, registry=r)
+        self.headroom = Gauge(f"{PREFIX}_table_retention_headroom_seconds", "Seconds until SQL Server's cleanup reaches "
+                              "the table's first change not applied (change tables)", table, registry=r)
+        self.applied = Counter(f"{PREFIX}_table_changes_applied", "Changes applied to the table's marts", table, registry=r)
+        self.landed = Counter(f"{PREFIX}_table_rows_landed", "Rows staged for the table", table, registry=r)
+        self.quarantined = Counter(f"{PREFIX}_table_rows_quarantined", "Rows quarantined for the table", table, registry=r)
+        for status in STATUSES:
+            self.runs.labels(status)
+        self.healthy.set(1)
+
+    def record(self, status: str, seconds: float, summary: list[dict] = ()) -> None:
+        """A run's end: its status (STATUSES), wall time and summary rows (runner/run/cli.py
+        run_pipeline's: tracked_table, rows_landed, quarantined, changes_applied, lag_seconds,
+        headroom_seconds)."""
+        now = time.time()
+        self.runs.labels(status).inc()
+        self.duration.observe(seconds)
+        self.last_run.set(now)
+        if status in ("succeeded", "nothing_to_do"):
+            self.failures_in_a_row, self.last_success, self.last_error = 0, now, ""
+            self.last_ok.set(now)
+        else:
+            self.failures_in_a_row += 1
+        self.in_a_row.set(self.failures_in_a_row)
+        for row in summary:
+            name = row["tracked_table"]
+            self.applied.labels(name).inc(int(row.get("changes_applied") or 0))
+            self.landed.labels(name).inc(int(row.get("rows_landed") or 0))
+            self.quarantined.labels(name).inc(int(row.get("quarantined") or 0))
+            for gauge, field in ((self.lag, "lag_seconds"), (self.headroom, "headroom_seconds")):
+                if row.get(field) is not None:
+                    gauge.labels(name).set(row[field])
+        self.healthy.set(1 if self.health()[0] else 0)
+
+    def failed(self, status: str, seconds: float, reason: str, summary: list[dict] = ()) -> None:
+        """A run that failed (`reason`), with what it applied before (its summary rows)."""
+        self.last_error = reason
+        self.record(status, seconds, summary)
+
+    def health(self) -> tuple[bool, str]:
+        """(healthy, why): unhealthy after max_failures failed runs in a row, or when the last
+        success (or the start) is older than stale_after seconds."""
+        if self.max_failures and self.failures_in_a_row >= self.max_failures:
+            return False, f"{self.failures_in_a_row} runs failed in a row; the last: {self.last_error}"
+        since = self.last_success or self.started
+        if self.stale_after and time.time() - since > self.stale_after:
+            return False, f"no run succeeded for {time.time() - since:.0f} s"
+        return True, "ok"
+
+    def serve_http(self, host: str, port: int) -> WSGIServer:
+        """Serves /metrics and /healthz (200 "ok", or 503 and the reason) on host:port from a
+        daemon thread; returns the server (its server_port is the port bound, for port 0)."""
+        metrics_app = make_wsgi_app(self.registry)
+
+        def app(environ, start_response):
+            if environ.get("PATH_INFO") == "/healthz":
+                ok, why = self.health()
+                start_response("200 OK" if ok else "503 Service Unavailable", [("Content-Type", "text/plain")])
+                return [(why + "\n").encode()]
+            return metrics_app(environ, start_response)
+
+        class Quiet(WSGIRequestHandler):
+            def log_message(self, *args) -> None:  # a scrape every few seconds is not news
+                pass
+
+        server = make_server(host, port, app, handler_class=Quiet)
+        threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
+        return server

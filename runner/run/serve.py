@@ -1,0 +1,105 @@
+"""`python -m runner serve`: the resident runner (docs/operations.md "The resident runner").
+
+One process keeps the SparkSession, dbt's parsed project and the JIT warm and makes normal runs
+(the same lock, plan, ledger row, checks and outcome as `python -m runner run`) one at a time: at
+start, every `--every` seconds, and as soon as the landing folder's listing changed and then held
+still for one `--poll` (a file still being written triggers no run until it settles). A run with
+nothing new since the last successful one starts no Spark job (runner/run/unchanged.py). A change
+to the project (a table declared, a model edited) is taken by the next run: dbt re-parses a
+project whose files changed (runner/run/dbt.py).
+
+The warehouse's runner lock is held for the process's life, so a second `serve` or a `run`
+beside it is refused (exit 2), or waits with `--wait`. A run that fails (a refused file, a failed
+model or check, a usage error such as a bad declaration) is reported and the service goes on;
+`--max-failures` failed runs in a row make `/healthz` answer 503 until a run succeeds. When the
+SparkSession is gone the process ends with exit 2, for its supervisor to restart it. SIGTERM or
+SIGINT: the current run finishes, then the process exits 0; a second signal ends it at once,
+abandoning the run as a kill would (nothing half-applied: the next start re-applies it)."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+
+from runner.errors import EXIT_OK, InfrastructureError, PipelineFailed, RunnerError, UsageError
+from runner.run.metrics import Metrics
+
+
+@dataclass
+class Trigger:
+    """When the service runs (see the module's docstring): at once, then every `every` seconds,
+    and when the landing folder's listing differs from the one the last run started from and is
+    the same as the previous poll's (settled). A listing of None (no folder) never triggers."""
+
+    every: float
+    next_due: float = 0.0
+    ran_from: dict | None = None
+    previous: dict | None = field(default=None, repr=False)
+
+    def due(self, now: float, listing: dict | None) -> bool:
+        settled, self.previous = listing is not None and listing == self.previous, listing
+        return now >= self.next_due or (settled and listing != self.ran_from)
+
+    def ran(self, now: float, listing: dict | None) -> None:
+        self.next_due, self.ran_from = now + self.every, listing
+
+
+class Stop:
+    """SIGTERM/SIGINT: the first sets the event (the loop ends after the current run), the second
+    raises SystemExit(0) at once."""
+
+    def __init__(self, progress):
+        self.event, self.progress = threading.Event(), progress
+
+    def __call__(self, signum, _frame) -> None:
+        if self.event.is_set():
+            self.progress.step(f"{signal.Signals(signum).name} again: stopping now, abandoning the current run "
+                               "(the next start applies it)")
+            raise SystemExit(EXIT_OK)
+        self.progress.step(f"{signal.Signals(signum).name}: stopping after the current run")
+        self.event.set()
+
+    def install(self) -> None:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self)
+
+
+def serve(args, progress, listing, run, alive, metrics: Metrics | None = None) -> int:
+    """The service's loop (see the module's docstring): `listing()` lists the landing folder (None:
+    there is none), `run(listed)` makes one run and returns (status, summary rows, why it failed
+    or '') or raises the runner's errors, `alive()` tells whether the SparkSession still answers. Returns the exit code."""
+    metrics = metrics or Metrics(max_failures=args.max_failures)
+    stop = Stop(progress)
+    stop.install()
+    if args.metrics_port is not None:
+        server = metrics.serve_http(args.metrics_host, args.metrics_port)
+        progress.step(f"metrics on http://{args.metrics_host}:{server.server_port}/metrics, health on /healthz")
+    trigger = Trigger(args.every)
+    progress.step(f"serving: a run now, every {args.every:g} s and when new files settle (polled every {args.poll:g} s)")
+    while not stop.event.is_set():
+        listed, now = listing(), time.monotonic()
+        if trigger.due(now, listed):
+            trigger.ran(now, listed)
+            try:
+                status, summary, reason = run(listed)
+                if reason:
+                    progress.step(f"FAILED: {reason}")
+                    metrics.failed(status, time.monotonic() - now, reason, summary)
+                else:
+                    metrics.record(status, time.monotonic() - now, summary)
+            except (PipelineFailed, UsageError) as exc:
+                progress.step(f"FAILED: {exc}")
+                metrics.failed("failed", time.monotonic() - now, str(exc))
+            except RunnerError as exc:
+                progress.step(f"FAILED: {exc}")
+                if isinstance(exc, InfrastructureError) and not alive():
+                    raise InfrastructureError(f"the SparkSession is gone ({exc}); the service ends for its supervisor "
+                                              "to restart it") from None
+                metrics.failed("error", time.monotonic() - now, str(exc))
+            if not metrics.health()[0]:
+                progress.step(f"unhealthy: {metrics.health()[1]}")
+        stop.event.wait(args.poll)
+    progress.step("stopped")
+    return EXIT_OK
