@@ -54,11 +54,11 @@
 {%- endmacro %}
 
 {#- Used by the runner (dbt run-operation) before it lands files (runner/sources/landing.py
-    intake), to read what its checks need; reports `sqlserver_cdc.probe_files {columns, rows, lsns}`:
-    columns, per Parquet file of `files`, its [name, type]; rows, the records of each file of
-    `files` marked `count` (read through its view; a JSON file's non-blank lines) and of each of
-    `count_landed` (files landed earlier, from the raw table); lsns, each text of `lsns` in
-    canonical form (null when it is not an LSN). Queries of at most 100 files or 200 LSNs. -#}
+    intake), to read what its checks need; reports `sqlserver_cdc.probe_files {rows, lsns}`:
+    rows, the records of each CSV or JSON file of `files` (read through its view; a JSON file's
+    non-blank lines) and of each of `count_landed` (files landed earlier, from the raw table);
+    lsns, each text of `lsns` in canonical form (null when it is not an LSN). Queries of at most
+    100 files or 200 LSNs. -#}
 {% macro probe_files(files, count_landed=[], lsns=[], raw_schema=none) -%}
     {{ return(adapter.dispatch('probe_files', 'sqlserver_cdc')(files, count_landed, lsns, raw_schema)) }}
 {%- endmacro %}
@@ -69,23 +69,13 @@
 
 {% macro spark__probe_files(files, count_landed=[], lsns=[], raw_schema=none) -%}
     {%- set raw = (raw_schema or var('cdc_raw_schema', target.schema ~ '_raw')) ~ '.landed_rows' -%}
-    {%- set columns, rows, counts, parsed = {}, {}, [], [] -%}
+    {%- set rows, counts, parsed = {}, [], [] -%}
     {%- for file in files -%}
         {%- set view = 'sqlserver_cdc_probe_' ~ loop.index -%}
         {{ log('sqlserver_cdc.reading ' ~ tojson({'file': file.relative}), info=true) }}
         {%- do run_query(sqlserver_cdc._landing_view_ddl(view, file)) -%}
-        {%- if file.format == 'parquet' -%}
-            {%- set described = [] -%}
-            {%- for column in run_query('describe ' ~ view) -%}
-                {%- if not column[0] or column[0].startswith('#') -%}{%- break -%}{%- endif -%}
-                {%- do described.append([column[0], column[1]]) -%}
-            {%- endfor -%}
-            {%- do columns.update({file.relative: described}) -%}
-        {%- endif -%}
-        {%- if file.count -%}
-            {%- do counts.append('select ' ~ sqlserver_cdc._sql_string(file.relative) ~ ' as file, count(*) as n from ' ~ view
-                ~ (" where trim(value) != ''" if file.format == 'json' else '')) -%}
-        {%- endif -%}
+        {%- do counts.append('select ' ~ sqlserver_cdc._sql_string(file.relative) ~ ' as file, count(*) as n from ' ~ view
+            ~ (" where trim(value) != ''" if file.format == 'json' else '')) -%}
     {%- endfor -%}
     {%- for chunk in count_landed | batch(100) -%}
         {%- set literals = [] -%}
@@ -106,7 +96,7 @@
     {{ log('sqlserver_cdc.reading ' ~ tojson({'file': none}), info=true) }}
     {%- set canonical = {} -%}
     {%- for lsn in lsns -%}{%- do canonical.update({lsn: parsed[loop.index0]}) -%}{%- endfor -%}
-    {{ log('sqlserver_cdc.probe_files ' ~ tojson({'columns': columns, 'rows': rows, 'lsns': canonical}), info=true) }}
+    {{ log('sqlserver_cdc.probe_files ' ~ tojson({'rows': rows, 'lsns': canonical}), info=true) }}
 {%- endmacro %}
 
 {#- The landed files among `relatives` (paths relative to the landing folder), as {relative:

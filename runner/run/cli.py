@@ -159,7 +159,7 @@ def run_pipeline(project_dir: Path, target, landing_dir: Path | str | Folder, *,
     else:
         progress.step(f"landing new files from {folder} (batch {batch_id})")
     clock = time.monotonic()
-    taken = landing.intake(dbt, files, opened.get("landed") or {}, target.raw_schema)
+    taken = landing.intake(dbt, folder, files, opened.get("landed") or {}, target.raw_schema)
     begun = dbt.operation("sqlserver_cdc.begin_run", {
         "files": taken.accepted, "batch_id": batch_id, "raw_schema": target.raw_schema,
         "first_records": not opened.get("records_kept")}).get("begin_run")

@@ -28,10 +28,11 @@ A folder may declare another dialect in the var cdc_csv_dialects.
 Export manifests (docs/landing.md "Export manifests"): a `*.manifest.json` file in a capture instance's
 folder lists one export's files with their row counts and the LSN range it covers. Python reads
 and checks them here (structure, listed files present, sizes, and the listed files' rows and the
-LSNs, which the macro probe_files reads in SQL before anything lands); the macro land_files lands each manifest, as one raw row of landing kind
+LSNs: a Parquet file's rows from its footer, the others' and the LSNs read in SQL by the macro
+probe_files before anything lands); the macro land_files lands each manifest, as one raw row of landing kind
 `manifest`, in the same commit as its files, only when all of them are whole. Once a folder has a
 manifest, its files that no manifest lists wait. Files that are cut short (a Parquet file without
-its footer, a CSV whose last row has no line break) are refused: they land nothing, and the
+its footer, or with one that does not parse, a CSV whose last row has no line break) are refused: they land nothing, and the
 table they feed waits for a whole copy (runner/run/plan.py). An export of a declared capture instance
 without one of its declared columns is refused too (check_probed).
 """
@@ -428,13 +429,12 @@ def screen(files: list[dict], landed: dict[str, list[int]]) -> Intake:
 
 def probe_request(intake: Intake, landed: dict[str, list[int]]) -> dict[str, object] | None:
     """What the macro probe_files must read before the accepted files can be checked (check_probed),
-    or None when nothing: the columns of each new Parquet file, the records of each new file an
-    accepted manifest lists (`count`) and of each it lists that landed earlier (`count_landed`),
+    or None when nothing: the records of each new CSV or JSON file an accepted manifest lists
+    (a Parquet file's are in its footer) and of each it lists that landed earlier (`count_landed`),
     and the canonical form of the manifests' LSNs."""
     manifests = [f for f in intake.accepted if f["format"] == "manifest"]
     listed = {relative for m in manifests for relative in m["files"]}
-    files = [{**f, "count": f["relative"] in listed} for f in intake.accepted
-             if f["format"] == "parquet" or (f["format"] != "manifest" and f["relative"] in listed)]
+    files = [{**f, "count": True} for f in intake.accepted if f["format"] in ("csv", "json") and f["relative"] in listed]
     earlier = sorted(relative for relative in listed if relative in landed)
     lsns = sorted({value for m in manifests for value in m["lsns"].values() if value is not None})
     return {"files": files, "count_landed": earlier, "lsns": lsns} if files or earlier or lsns else None
@@ -494,17 +494,58 @@ def check_probed(intake: Intake, probed: dict[str, dict]) -> None:
     intake.accepted = [f for f in intake.accepted if f["relative"] not in refused]
 
 
-def intake(dbt, files: list[dict], landed: dict[str, list[int]], raw_schema: str) -> Intake:
-    """What of `files` (files_to_land) lands: screened against the landed files, the new ones
-    probed in SQL where the checks need it (macro probe_files, one dbt invocation, only when
-    something needs reading) and checked (check_probed)."""
+def intake(dbt, folder: Folder, files: list[dict], landed: dict[str, list[int]], raw_schema: str) -> Intake:
+    """What of `files` (files_to_land of `folder`) lands: screened against the landed files, each
+    new Parquet file's footer read here (parquet_footer: its columns and rows; one that does not
+    parse is refused), what else the checks need probed in SQL (macro probe_files, one dbt
+    invocation, only for a manifest's CSV or JSON files, its files landed earlier or its LSNs) and
+    checked (check_probed)."""
     screened = screen(files, landed)
-    request = probe_request(screened, landed)
     probed = {"columns": {}, "rows": {}, "lsns": {}}
+    for f in [f for f in screened.accepted if f["format"] == "parquet"]:
+        try:
+            probed["columns"][f["relative"]], probed["rows"][f["relative"]] = parquet_footer(folder, f["relative"], f["size"])
+        except ParquetFooterError as exc:
+            screened.refused[f["relative"]] = str(exc)
+    screened.accepted = [f for f in screened.accepted if f["relative"] not in screened.refused]
+    request = probe_request(screened, landed)
     if request is not None:
-        probed.update(dbt.operation("sqlserver_cdc.probe_files", {**request, "raw_schema": raw_schema}).get("probe_files") or {})
+        found = dbt.operation("sqlserver_cdc.probe_files", {**request, "raw_schema": raw_schema}).get("probe_files") or {}
+        probed["rows"].update(found.get("rows") or {})
+        probed["lsns"].update(found.get("lsns") or {})
     check_probed(screened, probed)
     return screened
+
+
+class ParquetFooterError(Exception):
+    """Why a Parquet file's footer does not parse (the file is refused with it)."""
+
+
+def parquet_footer(folder: Folder, relative: str, size: int) -> tuple[list[list[str]], int]:
+    """A whole Parquet file's columns, [name, type] ("binary" for a byte string column, which
+    lands as 0x hex, whatever the column's Arrow type otherwise), and its rows, from its footer:
+    the footer's bytes only are read, through the landing folder (cut_short has checked the magic
+    and the footer's length). Raises ParquetFooterError."""
+    # imported here: a run with nothing new (no Parquet file to read) does not pay for it
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    length = int.from_bytes(folder.read(relative, size - 8, 4), "little")
+    tail = folder.read(relative, size - 8 - length, length + 8)
+    try:
+        metadata = pq.read_metadata(pa.BufferReader(PARQUET_MAGIC + tail))
+        schema = metadata.schema.to_arrow_schema()
+    except (pa.ArrowException, ValueError, OSError) as exc:
+        raise ParquetFooterError(f"not a readable Parquet file (its footer does not parse: {' '.join(str(exc).split())}); re-export it, and it "
+                                 "lands with the next run") from None
+    columns = []
+    for column in schema:
+        kind = column.type
+        while isinstance(kind, (pa.DictionaryType, pa.BaseExtensionType)):
+            kind = kind.value_type if isinstance(kind, pa.DictionaryType) else kind.storage_type
+        binary = pa.types.is_binary(kind) or pa.types.is_large_binary(kind) or pa.types.is_fixed_size_binary(kind)
+        columns.append([column.name, "binary" if binary else str(column.type)])
+    return columns, metadata.num_rows
 
 
 def canonical_lsns(dbt, texts: list[str]) -> dict[str, str | None]:
@@ -518,10 +559,11 @@ def land(dbt, landing: Landing, raw_schema: str, batch_id: str) -> dict[str, obj
     Spark is: the embedded session or a cluster); returns the intake's facts (refused, waiting,
     ignored), `landed` (files) and `counts`, the records landed per (kind, entity). A run lands
     through begin_run instead, which also plans the run from what landed."""
-    files = files_to_land(landing, csv_dialects(dbt.project_dir), exported_columns(dbt.project_dir))
+    folder = open_folder(landing)
+    files = files_to_land(folder, csv_dialects(dbt.project_dir), exported_columns(dbt.project_dir))
     opened = dbt.operation("sqlserver_cdc.open_run", {"raw_schema": raw_schema,
                                                       "files": [f["relative"] for f in files]}).get("open_run") or {}
-    taken = intake(dbt, files, opened.get("landed") or {}, raw_schema)
+    taken = intake(dbt, folder, files, opened.get("landed") or {}, raw_schema)
     outcome = dbt.operation("sqlserver_cdc.land_files", {"files": taken.accepted, "batch_id": batch_id,
                                                          "raw_schema": raw_schema,
                                                          "first_records": not opened.get("records_kept")}).get("land_files", {})

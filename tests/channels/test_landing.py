@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from runner.errors import InfrastructureError, UsageError
+from runner.errors import UsageError
 from runner.run.dbt import Dbt
 from runner.sources import landing
 from tests.conftest import PROJECT_DIR
@@ -118,13 +118,16 @@ def test_records_land_as_text_once_per_file(pipeline):
     (folder / "fine.csv").write_text("Id\n5\n")
     assert landing.land(dbt, pipeline.landing, pipeline.target.raw_schema, "b3")["counts"] == {("change_tables", "dbo_things"): 1}
     assert [r["_source_file"] for r in _landed(pipeline, "b3")] == ["change_tables/dbo_things/fine.csv"]
-    # a whole-looking file Spark cannot read fails the whole batch with Spark's reason (its footer
-    # is read before anything lands, for its columns); nothing lands
+    # a whole-looking file whose footer does not parse is refused alone too, naming why: its
+    # footer is read in Python before anything lands, for its columns and rows
     (folder / "broken.parquet").write_bytes(b"PAR1" + b"garbage" * 4 + (28).to_bytes(4, "little") + b"PAR1")
     (folder / "fine2.csv").write_text("Id\n6\n")
-    with pytest.raises(InfrastructureError, match="run-operation sqlserver_cdc.probe_files failed - .*broken.parquet"):
-        landing.land(dbt, pipeline.landing, pipeline.target.raw_schema, "b4")
-    assert _landed(pipeline, "b4") == []
+    outcome = landing.land(dbt, pipeline.landing, pipeline.target.raw_schema, "b4")
+    assert outcome["counts"] == {("change_tables", "dbo_things"): 1}
+    assert len(outcome["refused"]) == 1 and re.match(
+        r"change_tables/dbo_things/broken.parquet: not a readable Parquet file \(its footer does not parse: .+\); "
+        r"re-export it", outcome["refused"][0]), outcome["refused"]
+    assert [r["_source_file"] for r in _landed(pipeline, "b4")] == ["change_tables/dbo_things/fine2.csv"]
 
 
 def test_csv_dialect_writers_files_and_names_spark_cannot_read(tmp_path):
@@ -281,8 +284,8 @@ def test_the_intake_checks_manifests_and_declared_columns_against_what_the_probe
 
     request = landing.probe_request(taken, landed)
 
-    assert [(f["relative"], f["count"]) for f in request["files"]] == [("change_tables/t/a.csv", True),
-                                                                       ("change_tables/t/b.parquet", True)]
+    # a Parquet file's rows and columns are in its footer (parquet_footer), read without Spark
+    assert [(f["relative"], f["count"]) for f in request["files"]] == [("change_tables/t/a.csv", True)]
     assert request["count_landed"] == ["change_tables/t/old.csv"] and request["lsns"] == ["0x0000002C00000300017C"]
     probed = {"columns": {"change_tables/t/b.parquet": [["Id", "int"], ["Email", "string"], ["Loyalty", "int"]]},
               "rows": {"change_tables/t/a.csv": 2, "change_tables/t/b.parquet": 3, "change_tables/t/old.csv": 1},
@@ -312,3 +315,28 @@ def test_the_intake_checks_manifests_and_declared_columns_against_what_the_probe
     landing.check_probed(bad, {**copy.deepcopy(probed), "lsns": {"0x0000002C00000300017C": None}})
     assert bad.refused["change_tables/t/m.manifest.json"] == "export manifest: through_lsn 0x0000002C00000300017C is not an LSN"
     assert "change_tables/t/a.csv" in bad.refused and bad.accepted == []
+
+
+def test_a_parquet_files_columns_and_rows_are_read_from_its_footer_alone(tmp_path):
+    """Without Spark: the footer's bytes alone give a Parquet file's columns (byte strings, whatever
+    their Arrow form, as binary, which lands as 0x hex) and its rows; a footer that does not parse
+    is refused naming why."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from runner.sources.folders import LocalFolder
+
+    table = pa.table({"Id": pa.array([1, 2], pa.int32()), "Email": ["a", "b"], "Blob": [b"\x01", None],
+                      "Hash": pa.array([b"ab", b"cd"], pa.binary(2)), "Token": pa.array([b"x", b"x"]).dictionary_encode(),
+                      "Uid": pa.array([bytes(16)] * 2, pa.uuid()), "Price": pa.array([1, 2], pa.decimal128(10, 2))})
+    pq.write_table(table, tmp_path / "t.parquet", row_group_size=1)
+    size = (tmp_path / "t.parquet").stat().st_size
+
+    columns, rows = landing.parquet_footer(LocalFolder(tmp_path), "t.parquet", size)
+
+    assert rows == 2
+    assert columns == [["Id", "int32"], ["Email", "string"], ["Blob", "binary"], ["Hash", "binary"], ["Token", "binary"],
+                       ["Uid", "binary"], ["Price", "decimal128(10, 2)"]]
+    (tmp_path / "bad.parquet").write_bytes(b"PAR1" + b"garbage" * 4 + (28).to_bytes(4, "little") + b"PAR1")
+    with pytest.raises(landing.ParquetFooterError, match=r"not a readable Parquet file \(its footer does not parse"):
+        landing.parquet_footer(LocalFolder(tmp_path), "bad.parquet", 40)
