@@ -459,7 +459,15 @@ def _serve(args, target, held: RunnerLock, kafka_sources: list, progress) -> int
         except Exception:  # noqa: BLE001 - a session that cannot answer is gone, whatever the error
             return False
 
-    return serve(args, progress, listing, run, alive)
+    if not kafka_sources:
+        return serve(args, progress, listing, run, alive)
+    from pyspark.sql import SparkSession
+
+    watch = kafka.EndOffsets(SparkSession.getActiveSession(), kafka_sources)
+    try:
+        return serve(args, progress, listing, run, alive, offsets=watch.poll)
+    finally:
+        watch.close()
 
 
 def last_run_record(args, target, held: RunnerLock, reads_kafka: bool) -> LastRun | None:

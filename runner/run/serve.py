@@ -2,8 +2,10 @@
 
 One process keeps the SparkSession, dbt's parsed project and the JIT warm and makes normal runs
 (the same lock, plan, ledger row, checks and outcome as `python -m runner run`) one at a time: at
-start, every `--every` seconds, and as soon as the landing folder's listing changed and then held
-still for one `--poll` (a file still being written triggers no run until it settles). A run with
+start, every `--every` seconds, as soon as the landing folder's listing changed and then held
+still for one `--poll` (a file still being written triggers no run until it settles), and as
+soon as a Kafka source's end offsets moved (polled every `--poll`: new records, a new partition
+or topic). A run with
 nothing new since the last successful one starts no Spark job (runner/run/unchanged.py). A change
 to the project (a table declared, a model edited) is taken by the next run: dbt re-parses a
 project whose files changed (runner/run/dbt.py).
@@ -30,20 +32,26 @@ from runner.run.metrics import Metrics
 @dataclass
 class Trigger:
     """When the service runs (see the module's docstring): at once, then every `every` seconds,
-    and when the landing folder's listing differs from the one the last run started from and is
-    the same as the previous poll's (settled). A listing of None (no folder) never triggers."""
+    when the landing folder's listing differs from the one the last run started from and is the
+    same as the previous poll's (settled), and when the Kafka sources' end offsets differ from
+    those the last run started from (a record is whole once Kafka shows it: no settling). A
+    listing or offsets of None (no folder, a broker that does not answer) never trigger."""
 
     every: float
     next_due: float = 0.0
     ran_from: dict | None = None
+    ran_offsets: dict | None = None
     previous: dict | None = field(default=None, repr=False)
 
-    def due(self, now: float, listing: dict | None) -> bool:
+    def due(self, now: float, listing: dict | None, offsets: dict | None = None) -> bool:
         settled, self.previous = listing is not None and listing == self.previous, listing
-        return now >= self.next_due or (settled and listing != self.ran_from)
+        return (now >= self.next_due or (settled and listing != self.ran_from)
+                or (offsets is not None and offsets != self.ran_offsets))
 
-    def ran(self, now: float, listing: dict | None) -> None:
+    def ran(self, now: float, listing: dict | None, offsets: dict | None = None) -> None:
         self.next_due, self.ran_from = now + self.every, listing
+        if offsets is not None:
+            self.ran_offsets = offsets
 
 
 class Stop:
@@ -66,10 +74,12 @@ class Stop:
             signal.signal(sig, self)
 
 
-def serve(args, progress, listing, run, alive, metrics: Metrics | None = None) -> int:
+def serve(args, progress, listing, run, alive, metrics: Metrics | None = None, offsets=None) -> int:
     """The service's loop (see the module's docstring): `listing()` lists the landing folder (None:
     there is none), `run(listed)` makes one run and returns (status, summary rows, why it failed
-    or '') or raises the runner's errors, `alive()` tells whether the SparkSession still answers. Returns the exit code."""
+    or '') or raises the runner's errors, `alive()` tells whether the SparkSession still answers,
+    `offsets()` (with Kafka sources) their end offsets (runner/sources/kafka.py EndOffsets.poll).
+    Returns the exit code."""
     metrics = metrics or Metrics(max_failures=args.max_failures)
     stop = Stop(progress)
     stop.install()
@@ -77,11 +87,12 @@ def serve(args, progress, listing, run, alive, metrics: Metrics | None = None) -
         server = metrics.serve_http(args.metrics_host, args.metrics_port)
         progress.step(f"metrics on http://{args.metrics_host}:{server.server_port}/metrics, health on /healthz")
     trigger = Trigger(args.every)
-    progress.step(f"serving: a run now, every {args.every:g} s and when new files settle (polled every {args.poll:g} s)")
+    progress.step(f"serving: a run now, every {args.every:g} s and when new files settle"
+                  f"{' or Kafka records arrive' if offsets else ''} (polled every {args.poll:g} s)")
     while not stop.event.is_set():
-        listed, now = listing(), time.monotonic()
-        if trigger.due(now, listed):
-            trigger.ran(now, listed)
+        listed, ends, now = listing(), offsets() if offsets else None, time.monotonic()
+        if trigger.due(now, listed, ends):
+            trigger.ran(now, listed, ends)
             try:
                 status, summary, reason = run(listed)
                 if reason:

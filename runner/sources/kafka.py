@@ -201,6 +201,39 @@ class _Consumer:
         self.consumer.close()
 
 
+class EndOffsets:
+    """The resident runner's watch on its Kafka sources (runner/run/serve.py): each poll lists every
+    source's partitions and their end offsets with one consumer per source, kept open for the
+    process's life, as {"<source>/<topic>/<partition>": end}; None when a source cannot be read (the
+    broker down: the scheduled run reports it). New records, a new partition or topic change it."""
+
+    def __init__(self, spark, sources_: list[KafkaSource]):
+        self.spark, self.sources, self.consumers = spark, sources_, {}
+
+    def poll(self) -> dict[str, int] | None:
+        ends: dict[str, int] = {}
+        try:
+            for source in self.sources:
+                if source.name not in self.consumers:
+                    self.consumers[source.name] = _Consumer(self.spark, source, source.client_options())
+                consumer = self.consumers[source.name]
+                partitions = consumer.partitions(source)
+                for (topic, partition), end in sorted((consumer.offsets(partitions)[1] if partitions else {}).items()):
+                    ends[f"{source.name}/{topic}/{partition}"] = end
+        except Exception:  # noqa: BLE001 - py4j wraps the client's errors; a run reports them with their cause
+            self.close()
+            return None
+        return ends
+
+    def close(self) -> None:
+        for consumer in self.consumers.values():
+            try:
+                consumer.close()
+            except Exception:  # noqa: BLE001, S110 - closing a consumer of an unreachable broker
+                pass
+        self.consumers = {}
+
+
 def stored_offsets(spark, raw: str, source: str) -> tuple[bool, dict[tuple[str, int], int]]:
     """(started, {(topic, partition): next offset}) from the source's offsets rows in the raw
     table: its own partition of the table, one row per Kafka partition (each landing replaces

@@ -206,7 +206,15 @@ def test_records_deleted_by_retention_stop_their_source_until_the_gap_is_accepte
     admin.create_partitions({"employees_hub": NewPartitions(total_count=4)})
     admin.close()
     again = pipeline.rows("select raw_text from {s}_raw.landed_rows where landing_kind = 'ces' limit 2")
+    # the resident runner's watch (runner/run/serve.py) sees the new partition and its records
+    watch = kafka.EndOffsets(spark, kafka.sources(project))
+    before = watch.poll()
     produce(spark, broker.bootstrap, [{"topic": "employees_hub", "partition": 3, "value": r["raw_text"]} for r in again])
+    after = watch.poll()
+    watch.close()
+    new = "hub/employees_hub/3"  # listed once the broker's metadata has it, with nothing in it
+    assert {k: v for k, v in before.items() if k != new} == {f"hub/{t}/{p}": end for (t, p), end in ends.items()}
+    assert before.get(new, 0) == 0 and after == {**before, new: 2}
     printed = io.StringIO()
     pipeline.run(progress=Progress(printed))
     assert "Kafka source hub: new partition employees_hub/3: read from its log start 0" in printed.getvalue()

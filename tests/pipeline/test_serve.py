@@ -43,6 +43,22 @@ def test_a_run_at_start_every_interval_and_when_new_files_settle():
     assert not k.due(5, None) and not k.due(6, None) and k.due(10, None)
 
 
+def test_kafka_sources_trigger_a_run_as_soon_as_their_end_offsets_move():
+    t = Trigger(every=60)
+    ends = {"hub/t/0": 5, "hub/t/1": 7}
+    assert t.due(0, None, ends)
+    t.ran(0, None, ends)
+    assert not t.due(1, None, dict(ends))  # nothing new
+    assert t.due(2, None, {**ends, "hub/t/1": 8})  # a record: at once, no settling
+    t.ran(2, None, {**ends, "hub/t/1": 8})
+    assert t.due(3, None, {**ends, "hub/t/1": 8, "hub/t/2": 0})  # a new partition
+    # a broker that does not answer triggers nothing, and does not forget what the last run read
+    t.ran(3, None, {**ends, "hub/t/1": 8, "hub/t/2": 0})
+    assert not t.due(4, None, None) and not t.due(5, None, {**ends, "hub/t/1": 8, "hub/t/2": 0})
+    t.ran(63, None, None)
+    assert t.ran_offsets == {**ends, "hub/t/1": 8, "hub/t/2": 0}
+
+
 def _args(**given):
     return SimpleNamespace(**{"every": 60, "poll": 0, "max_failures": 2, "metrics_port": None, "metrics_host": "127.0.0.1",
                               **given})
