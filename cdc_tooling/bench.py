@@ -20,6 +20,11 @@ One process, one SparkSession, phases in this order (docs/performance.md "Perfor
    process (Spark start-up included; it records what it saw, runner/run/unchanged.py) and 11. the
    same run again, which finds nothing changed and exits before Spark.
 
+After 8, the many-tables phases (many_tables_phases) and, on their large project, the resident
+runner's (resident_phases): a run with nothing new, the latency from a batch's files arriving to
+its marts committed through the service's own loop, a batch on every table, and the soak (small
+runs, the process's heap, memory, open files and threads at run 20 and at the end).
+
 Between 5 and 6, the event channels: the 1x state and its batch as CES CloudEvents and as
 Debezium events (`write_event_workload`: the same changes, LSNs and commit times, one event per
 change), each loaded by an initial run and an incremental run of a project whose tables are
@@ -86,6 +91,14 @@ TARGETS = {  # issue 15 "Benchmark on a realistic size"; measured, never asserte
     "bulk_initial_over_copy": 8.0,
     "ces_initial_over_change_tables": 1.5,
     "debezium_initial_over_change_tables": 1.2,
+    # issue 48 "Always warm" (the latency and every-table targets are for 50 declared tables)
+    "resident_no_op_seconds": 0.5,
+    "resident_latency_seconds": 5.0,
+    "resident_all_changed_seconds": 75.0,
+    "soak_heap_growth": 1.1,  # at the end / at run SOAK_FIRST
+    "soak_rss_growth": 1.1,
+    "soak_open_files_growth": 1.1,
+    "soak_threads_growth": 1.1,
 }
 
 
@@ -109,7 +122,9 @@ class BenchConfig:
     many_keys: int = 200
     many_batch: int = 10
     many_repeats: int = 3
-    phases: tuple[str, ...] = ("core", "events", "big", "many", "noop")
+    # the resident phases' soak: this many small runs (one change on one table each)
+    soak_runs: int = 200
+    phases: tuple[str, ...] = ("core", "events", "big", "many", "resident", "noop")
 
     def validate(self) -> None:
         from runner.errors import UsageError
@@ -125,6 +140,9 @@ class BenchConfig:
         if (not 3 <= self.many_tables <= LSN_STEP - 2 or self.many_changes < self.many_keys or self.many_batch < 1
                 or self.many_repeats < 1):
             raise UsageError(f"--many-tables must be 3..{LSN_STEP - 2} and --many-changes at least --many-keys")
+        if self.soak_runs < SOAK_FIRST + 1:
+            raise UsageError(f"--soak-runs must be more than {SOAK_FIRST} (resources are compared at run {SOAK_FIRST} "
+                             "and at the end)")
         unknown = set(self.phases) - set(PHASES)
         if unknown or not self.phases:
             raise UsageError(f"--phases takes some of {', '.join(PHASES)}; got {', '.join(sorted(unknown)) or 'none'}")
@@ -140,8 +158,13 @@ EVENT_CHANNELS = ("ces", "debezium")
 WARMUP_CHANGES = 20_000
 # core: copy floor, initial load, incremental, full refresh, reference; events: CES and Debezium;
 # big: the state_factor times larger state; many: many declared tables, batches on few or all;
+# resident: the resident runner (serve) on the many-tables project: nothing new, files arriving to
+# marts committed, a batch on every table, the soak;
 # noop: runs that find nothing new (in the session, a fresh process, a fresh process with nothing changed)
-PHASES = ("core", "events", "big", "many", "noop")
+PHASES = ("core", "events", "big", "many", "resident", "noop")
+# the resident phases: how often the service polls the landing folder, and the soak's first measured run
+RESIDENT_POLL_SECONDS = 0.5
+SOAK_FIRST = 20
 
 
 def declarations(cfg: BenchConfig, channel: str = "change_tables") -> dict[str, dict]:
@@ -678,6 +701,7 @@ def run_bench(cfg: BenchConfig, project_dir: Path, progress=None) -> dict:
     }
     phases: list[Phase] = []
     reference: dict = {}
+    soak: dict = {}
     with PeakMemory() as memory:
         spark = create_session(load_target(project, "local"), project)
         landed, batch_rows = {}, {}
@@ -746,8 +770,8 @@ def run_bench(cfg: BenchConfig, project_dir: Path, progress=None) -> dict:
             phases.append(_timed(progress, f"incremental {big}", batch_rows[big], pipeline(big)))
             phases.append(_timed(progress, f"full refresh {big}", landed[big] + batch_rows[big],
                                  pipeline(big, full_refresh=True)))
-        if "many" in cfg.phases:
-            phases += many_tables_phases(spark, cfg, project_dir, work, progress)
+        if {"many", "resident"} & set(cfg.phases):
+            phases += many_tables_phases(spark, cfg, project_dir, work, progress, soak)
         if "noop" in cfg.phases:
             phases.append(_timed(progress, "no-op (in session)", 0, pipeline("1x")))
         _stop_releasing_metastore(spark)
@@ -768,16 +792,17 @@ def run_bench(cfg: BenchConfig, project_dir: Path, progress=None) -> dict:
             phases.append(_timed(progress, "no-op (fresh process, unchanged)", 0,
                                  lambda: fresh_process("Spark not started"),
                                  "the same run again: nothing changed since the last run's record, no Spark"))
-    return _report(cfg, phases, memory.peak, changes, keys, batch, reference)
+    return _report(cfg, phases, memory.peak, changes, keys, batch, reference, soak)
 
 
-def many_tables_phases(spark, cfg: BenchConfig, project_dir: Path, work: Path, progress) -> list[Phase]:
+def many_tables_phases(spark, cfg: BenchConfig, project_dir: Path, work: Path, progress, soak: dict) -> list[Phase]:
     """A run's cost against the tables it changes (docs/performance.md): a project declaring
     `many_tables` tables (each `many_changes` changes over `many_keys` keys, one change per
     table per transaction) and one declaring only two of them, on the same landed history. Timed,
     each `many_repeats` times (the phase's time is the median: the machines are noisy): a run that
     finds nothing new, a batch of `many_batch` changes on each of the two tables (in both
-    projects), then such a batch on every table of the large one."""
+    projects), then such a batch on every table of the large one. Then, with phase `resident`, the
+    resident runner on the large project (resident_phases; `soak` receives the soak's figures)."""
     from runner.run.cli import run_pipeline
     from runner.spark.profile import load_target
 
@@ -812,18 +837,159 @@ def many_tables_phases(spark, cfg: BenchConfig, project_dir: Path, work: Path, p
                      + ", ".join(f"{s:.1f}" for s in seconds))
 
     total = len(tables)
-    phases = [_timed(progress, f"many: initial load ({total} tables)", total * n, lambda: run("many")),
-              _timed(progress, "many: initial load (2 tables)", 2 * n, lambda: run("two"))]
-    phases.append(timed(f"many: no-op ({total} tables)", 0, "many"))
-    phases.append(timed("many: no-op (2 tables)", 0, "two"))
-    phases.append(timed(f"many: {b} changes on 2 of {total} tables", 2 * b, "many", two))
-    phases.append(timed(f"many: {b} changes on 2 of 2 tables", 2 * b, "two", two))
-    phases.append(timed(f"many: {b} changes on each of {total} tables", total * b, "many", tables))
+    phases = [_timed(progress, f"many: initial load ({total} tables)", total * n, lambda: run("many"))]
+    if "many" in cfg.phases:
+        phases.append(_timed(progress, "many: initial load (2 tables)", 2 * n, lambda: run("two")))
+        phases.append(timed(f"many: no-op ({total} tables)", 0, "many"))
+        phases.append(timed("many: no-op (2 tables)", 0, "two"))
+        phases.append(timed(f"many: {b} changes on 2 of {total} tables", 2 * b, "many", two))
+        phases.append(timed(f"many: {b} changes on 2 of 2 tables", 2 * b, "two", two))
+        phases.append(timed(f"many: {b} changes on each of {total} tables", total * b, "many", tables))
+    if "resident" in cfg.phases:
+        def arrive(declared: dict, count: int) -> int:
+            """A batch of `count` changes on each of `declared`'s tables, written aside and moved into
+            the landing folder at once (as an export's files arrive). Returns the change rows."""
+            aside, label = work / "arriving", f"batch_many_{written['many']}"
+            rows = write_workload(spark, aside, declared, written["many"], written["many"] + count, k, many, label)
+            written["many"] += count
+            for folder in list(aside.rglob(label)):
+                destination = setups["many"][1] / folder.relative_to(aside)
+                destination.parent.mkdir(parents=True, exist_ok=True)
+                shutil.move(str(folder), destination)
+            return rows
+
+        os.environ["SQLSERVER_CDC_SCHEMA"] = "bench_many"
+        phases += resident_phases(spark, cfg, projects["many"], setups["many"][1], tables, two, arrive, progress, soak)
     return phases
 
 
+def resident_phases(spark, cfg: BenchConfig, project: Path, landing: Path, tables: dict, two: dict, arrive, progress,
+                    soak: dict) -> list[Phase]:
+    """The resident runner (`python -m runner serve`: runner/run/cli.py Resident, runner/run/serve.py)
+    on a project of many declared tables, its landing folder polled every RESIDENT_POLL_SECONDS:
+    a run that finds nothing new (its Spark jobs counted: none expected); the latency from a batch
+    of `many_batch` changes on 2 tables arriving (arrive) to its run's ledger row, the marts
+    committed, through the service's own loop; such a batch on every table; the soak, `soak_runs`
+    runs of one change on one table, with the driver's heap after a GC, the resident memory, open
+    files and threads of the process and its JVM at run SOAK_FIRST and at the end (`soak`)."""
+    import signal
+
+    from runner.run.cli import Resident, _parser
+    from runner.run.lock import RunnerLock, lock_path
+    from runner.run.serve import serve
+    from runner.sources.folders import open_folder
+    from runner.spark.profile import load_target
+
+    target = load_target(project, "local")
+    args = _parser().parse_args(["serve", "--project-dir", str(project), "--landing", str(landing),
+                                 "--poll", str(RESIDENT_POLL_SECONDS), "--every", "86400"])
+    args.metrics_port = None  # no HTTP server in the benchmark's process
+    total, b, phases = len(tables), cfg.many_batch, []
+    quiet = report.Progress(stream=io.StringIO())
+
+    def jobs() -> set[int]:
+        return set(spark.sparkContext.statusTracker().getJobIdsForGroup(None))
+
+    def applied(outcome: tuple[str, list[dict], str], expected: int) -> None:
+        status, rows, reason = outcome
+        done = sum(r.get("changes_applied") or 0 for r in rows)
+        if status != "succeeded" or done != expected:
+            raise RuntimeError(f"resident run: {status}, {done} changes applied, {expected} expected: {reason}")
+
+    with RunnerLock(lock_path(target, project), target.name).acquire(0, quiet) as held:
+        resident = Resident(args, target, held, open_folder(landing), [], quiet)
+        resident.run(resident.listing())  # records what it saw: the next run with nothing new is free
+
+        def nothing_new() -> None:
+            before = jobs()
+            if resident.run(resident.listing())[0] != "nothing_to_do":
+                raise RuntimeError("resident run with nothing new did something")
+            started.append(len(jobs() - before))
+
+        started: list[int] = []
+        phases.append(_median(progress, f"resident: nothing new ({total} tables)", 0, cfg.many_repeats,
+                              lambda: None, nothing_new, lambda: f"Spark jobs started: {started}"))
+
+        def latency() -> float:
+            """Through serve's loop: the start run finds nothing new, the batch arrives after it; the
+            run the batch's settled files trigger ends the service (SIGTERM, as a supervisor would)."""
+            marks: dict[str, float] = {}
+
+            def run(listed):
+                outcome = resident.run(listed)
+                if "arrived" not in marks:
+                    arrive(two, b)
+                    marks["arrived"] = time.perf_counter()
+                else:
+                    marks["committed"] = time.perf_counter()
+                    applied(outcome, 2 * b)
+                    os.kill(os.getpid(), signal.SIGTERM)
+                return outcome
+
+            handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+            try:
+                serve(args, quiet, resident.listing, run, resident.alive)
+            finally:
+                for sig, handler in handlers.items():
+                    signal.signal(sig, handler)
+            return marks["committed"] - marks["arrived"]
+
+        seconds = [latency() for _ in range(cfg.many_repeats)]
+        progress.step(f"bench: resident: {b} changes on 2 of {total} tables, arrival to marts committed: "
+                      + ", ".join(f"{x:.1f}s" for x in seconds))
+        phases.append(Phase(f"resident: {b} changes on 2 of {total} tables, arrival to marts committed",
+                            sorted(seconds)[len(seconds) // 2], 2 * b,
+                            f"median of {cfg.many_repeats}: " + ", ".join(f"{x:.1f}" for x in seconds)
+                            + f"; the landing folder polled every {RESIDENT_POLL_SECONDS:g} s, files settle in one poll"))
+        phases.append(_median(progress, f"resident: {b} changes on each of {total} tables", total * b, cfg.many_repeats,
+                              lambda: arrive(tables, b), lambda: applied(resident.run(resident.listing()), total * b)))
+
+        first = next(iter(tables))
+        progress.step(f"bench: resident: soak, {cfg.soak_runs} runs of 1 change on table {first} ...")
+        started_at, measured = time.perf_counter(), {}
+        for i in range(1, cfg.soak_runs + 1):
+            arrive({first: tables[first]}, 1)
+            applied(resident.run(resident.listing()), 1)
+            if i in (SOAK_FIRST, cfg.soak_runs):
+                measured[i] = _resources(spark)
+                progress.step(f"bench: resident: soak at run {i}: {measured[i]}")
+        phases.append(Phase(f"resident: soak, {cfg.soak_runs} runs of 1 change", time.perf_counter() - started_at,
+                            cfg.soak_runs, f"resources at run {SOAK_FIRST} and {cfg.soak_runs} (see soak)"))
+        soak.update({"runs": cfg.soak_runs, "at": [SOAK_FIRST, cfg.soak_runs],
+                     **{name: [measured[SOAK_FIRST][name], measured[cfg.soak_runs][name]] for name in measured[SOAK_FIRST]}})
+    return phases
+
+
+def _median(progress, label: str, rows: int, repeats: int, before, action, note=lambda: "") -> Phase:
+    """The median of `repeats` timed runs of `action`, each after an untimed `before`."""
+    seconds = []
+    for i in range(repeats):
+        before()
+        seconds.append(_timed(progress, f"{label} ({i + 1} of {repeats})", rows, action).seconds)
+    return Phase(label, sorted(seconds)[len(seconds) // 2], rows,
+                 f"median of {repeats}: " + ", ".join(f"{x:.1f}" for x in seconds) + (f"; {note()}" if note() else ""))
+
+
+def _resources(spark) -> dict[str, int]:
+    """The driver JVM's heap in use after a full GC (MiB), and the resident memory (MiB), open
+    files and threads of this process and its descendants (the JVM)."""
+    jvm = spark._jvm
+    jvm.java.lang.System.gc()
+    heap = jvm.java.lang.management.ManagementFactory.getMemoryMXBean().getHeapMemoryUsage().getUsed()
+    pids = PeakMemory._tree(os.getpid())
+    files = threads = 0
+    for pid in pids:
+        try:
+            files += len(os.listdir(f"/proc/{pid}/fd"))
+            threads += len(os.listdir(f"/proc/{pid}/task"))
+        except OSError:
+            pass
+    return {"heap_mib": round(heap / 2**20), "rss_mib": round(sum(PeakMemory._rss(p) for p in pids) / 2**20),
+            "open_files": files, "threads": threads}
+
+
 def _report(cfg: BenchConfig, phases: list[Phase], peak: int, changes: int, keys: int, batch: int,
-            reference: dict) -> dict:
+            reference: dict, soak: dict | None = None) -> dict:
     """The report: phases, the ratios of the phases that ran, the targets those ratios meet."""
     by = {p.phase: p.seconds for p in phases}
     big = f"{cfg.state_factor}x"
@@ -857,6 +1023,15 @@ def _report(cfg: BenchConfig, phases: list[Phase], peak: int, changes: int, keys
             "many_changed_table_seconds": (all_changed - two_changed) / (m - 2),
             "many_no_op_seconds": by[f"many: no-op ({m} tables)"],
         }
+    resident = {"resident_no_op_seconds": f"resident: nothing new ({m} tables)",
+                "resident_latency_seconds": f"resident: {cfg.many_batch} changes on 2 of {m} tables, arrival to marts committed",
+                "resident_all_changed_seconds": f"resident: {cfg.many_batch} changes on each of {m} tables"}
+    for name, phase in resident.items():  # the latency and every-table targets are for 50 tables
+        if phase in by and (name == "resident_no_op_seconds" or m == 50):
+            seconds[name] = by[phase]
+    for name in ("heap_mib", "rss_mib", "open_files", "threads"):
+        if soak and soak.get(name) and soak[name][0]:
+            ratios[f"soak_{name.removesuffix('_mib')}_growth"] = soak[name][1] / soak[name][0]
     ratios = {k: v for k, v in ratios.items() if v is not None}
     fixed = by.get("no-op (in session)")  # a run's fixed cost: everything but the batch's work
     values = {**ratios, **seconds}
@@ -876,6 +1051,7 @@ def _report(cfg: BenchConfig, phases: list[Phase], peak: int, changes: int, keys
         "ratios": {k: round(v, 3) for k, v in ratios.items()},
         "seconds": {k: round(v, 3) for k, v in seconds.items()},
         "peak_memory_mib": round(peak / 2**20),
+        **({"soak": soak} if soak else {}),
         "targets": {name: {"value": round(values[name], 3), "target": limit, "met": values[name] <= limit}
                     for name, limit in TARGETS.items() if name in values},
     }

@@ -66,8 +66,10 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--many-batch", type=int, default=defaults.many_batch, help="changes per table in their batches")
     bench.add_argument("--many-repeats", type=int, default=defaults.many_repeats,
                        help="runs of each timed many-tables phase (its time is their median)")
+    bench.add_argument("--soak-runs", type=int, default=defaults.soak_runs,
+                       help="small runs of the resident runner's soak (resources compared at run 20 and at the end)")
     bench.add_argument("--phases", nargs="+", default=list(defaults.phases), metavar="PHASE",
-                       help="the phases to run: core, events (needs core), big, many, noop (default: all)")
+                       help="the phases to run: core, events (needs core), big, many, resident, noop (default: all)")
     bench.add_argument("--work-dir", type=Path, default=PROJECT_DIR / "bench/work", help="scratch folder (wiped)")
     bench.add_argument("--results-dir", type=Path, default=PROJECT_DIR / "bench/results")
     return parser
@@ -121,7 +123,7 @@ def _bench(args, progress) -> int:
         rows_per_transaction=args.rows_per_transaction, batch_fraction=args.batch_fraction,
         state_factor=args.state_factor, seed=args.seed, work_dir=args.work_dir, results_dir=args.results_dir,
         many_tables=args.many_tables, many_changes=args.many_changes, many_keys=args.many_keys,
-        many_batch=args.many_batch, many_repeats=args.many_repeats, phases=tuple(args.phases),
+        many_batch=args.many_batch, many_repeats=args.many_repeats, soak_runs=args.soak_runs, phases=tuple(args.phases),
     )
     result = bench.run_bench(cfg, args.project_dir, progress)
     bench.print_report(result)

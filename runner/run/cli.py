@@ -61,12 +61,13 @@ def _parser() -> argparse.ArgumentParser:
                      help="Kafka sources whose retention gap (or recreated topic) to skip, once a snapshot is landed")
 
     resident = sub.add_parser("serve", help="stay resident: a run at start, every --every seconds and as soon as new "
-                                            "files settle in the landing folder, with metrics and health over HTTP")
+                                            "files settle in the landing folder or Kafka records arrive, with metrics "
+                                            "and health over HTTP")
     common(resident)
     resident.add_argument("--every", type=float, default=300, metavar="SECONDS",
-                          help="run at least this often (default 300; Kafka sources are read then)")
+                          help="run at least this often (default 300)")
     resident.add_argument("--poll", type=float, default=2, metavar="SECONDS",
-                          help="list the landing folder this often (default 2)")
+                          help="list the landing folder (and poll Kafka's end offsets) this often (default 2)")
     resident.add_argument("--max-failures", type=int, default=3, metavar="N",
                           help="failed runs in a row that make /healthz answer 503 (default 3; 0: never)")
     resident.add_argument("--metrics-port", type=int, default=9464, metavar="PORT",
@@ -429,28 +430,33 @@ def run_once(args, target, folder: Folder, kafka_sources: list, progress, listed
     return summary
 
 
-def _serve(args, target, held: RunnerLock, kafka_sources: list, progress) -> int:
-    """`serve`: Spark started once, then runner/run/serve.py's loop of runs."""
-    from runner.run.serve import serve
+class Resident:
+    """What `serve` runs in its warm process (runner/run/serve.py), also driven by the benchmark's
+    resident phases: the landing folder's listing, one run as `run` makes it (a run that finds
+    nothing new since the last successful one takes the fingerprint and starts no Spark job), and
+    whether the SparkSession still answers."""
 
-    folder, _ = start_spark(args, target, held, progress, kafka_sources)
+    def __init__(self, args, target, held: RunnerLock, folder: Folder, kafka_sources: list, progress):
+        self.args, self.target, self.held, self.folder = args, target, held, folder
+        self.kafka_sources, self.progress = kafka_sources, progress
 
-    def listing() -> dict | None:
-        return None if kafka_sources and not folder.exists() else landing.listing(folder)
+    def listing(self) -> dict | None:
+        return None if self.kafka_sources and not self.folder.exists() else landing.listing(self.folder)
 
-    def run(listed: dict | None) -> tuple[str, list[dict], str]:
-        last_run = last_run_record(args, target, held, bool(kafka_sources))
-        if last_run and unchanged(last_run, progress, resident=True):
+    def run(self, listed: dict | None) -> tuple[str, list[dict], str]:
+        """One run: (status, its summary rows, why it failed or '')."""
+        last_run = last_run_record(self.args, self.target, self.held, bool(self.kafka_sources))
+        if last_run and unchanged(last_run, self.progress, resident=True):
             return "nothing_to_do", [], ""
         rows: list[dict] = []
         try:
-            summary = run_once(args, target, folder, kafka_sources, progress, listed, last_run, rows)
+            summary = run_once(self.args, self.target, self.folder, self.kafka_sources, self.progress, listed, last_run, rows)
         except PipelineFailed as exc:  # what it applied counts, as the ledger's row says
             return "failed", rows, str(exc)
         return ("succeeded" if summary else "nothing_to_do"), rows, ""
 
-    def alive() -> bool:
-        if not target.owns_jvm:
+    def alive(self) -> bool:
+        if not self.target.owns_jvm:
             return True
         from pyspark.sql import SparkSession
 
@@ -459,13 +465,20 @@ def _serve(args, target, held: RunnerLock, kafka_sources: list, progress) -> int
         except Exception:  # noqa: BLE001 - a session that cannot answer is gone, whatever the error
             return False
 
+
+def _serve(args, target, held: RunnerLock, kafka_sources: list, progress) -> int:
+    """`serve`: Spark started once, then runner/run/serve.py's loop of runs."""
+    from runner.run.serve import serve
+
+    folder, _ = start_spark(args, target, held, progress, kafka_sources)
+    resident = Resident(args, target, held, folder, kafka_sources, progress)
     if not kafka_sources:
-        return serve(args, progress, listing, run, alive)
+        return serve(args, progress, resident.listing, resident.run, resident.alive)
     from pyspark.sql import SparkSession
 
     watch = kafka.EndOffsets(SparkSession.getActiveSession(), kafka_sources)
     try:
-        return serve(args, progress, listing, run, alive, offsets=watch.poll)
+        return serve(args, progress, resident.listing, resident.run, resident.alive, offsets=watch.poll)
     finally:
         watch.close()
 

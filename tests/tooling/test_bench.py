@@ -192,6 +192,7 @@ def test_event_workload_carries_the_change_tables_changes(spark, tmp_path):
     ({"columns": 61}, "--columns must be 1..60"),
     ({"batch_fraction": 1.5}, "--batch-fraction must be in"),
     ({"state_factor": 1}, "--state-factor at least 2"),
+    ({"soak_runs": 20}, "--soak-runs must be more than 20"),
 ])
 def test_bench_sizes_are_checked(options, message):
     with pytest.raises(UsageError, match=message):
@@ -208,3 +209,22 @@ def test_report_compares_the_bulk_phases_with_each_issues_targets():
         "initial_over_copy": (7.0, False), "initial_over_copy_goal": (7.0, False), "bulk_initial_over_copy": (7.0, True),
         "initial_over_reference": (1.75, False), "bulk_initial_over_reference": (1.75, True),
         "full_refresh_over_reference": (1.6, False), "debezium_initial_over_change_tables": (1.1, True)}
+
+
+def test_report_holds_the_resident_phases_and_the_soak_to_issue_48s_targets():
+    """Nothing new and the latency against their seconds (the latency and every-table targets at 50
+    declared tables only); the soak's resources at its end against run 20, each within 10%."""
+    phases = [Phase("resident: nothing new (50 tables)", 0.2, 0),
+              Phase("resident: 10 changes on 2 of 50 tables, arrival to marts committed", 7.5, 20),
+              Phase("resident: 10 changes on each of 50 tables", 70.0, 500)]
+    soak = {"runs": 200, "at": [20, 200], "heap_mib": [400, 420], "rss_mib": [3000, 3500], "open_files": [500, 500],
+            "threads": [450, 460]}
+    result = _report(BenchConfig(), phases, 0, 1, 1, 1, {}, soak)
+    assert {name: (t["value"], t["met"]) for name, t in result["targets"].items()} == {
+        "resident_no_op_seconds": (0.2, True), "resident_latency_seconds": (7.5, False),
+        "resident_all_changed_seconds": (70.0, True), "soak_heap_growth": (1.05, True),
+        "soak_rss_growth": (1.167, False), "soak_open_files_growth": (1.0, True), "soak_threads_growth": (1.022, True)}
+    assert result["soak"] == soak
+    # at another size the 50-table targets do not apply
+    small = [Phase("resident: nothing new (10 tables)", 0.1, 0), Phase("resident: 10 changes on each of 10 tables", 60.0, 100)]
+    assert set(_report(BenchConfig(many_tables=10), small, 0, 1, 1, 1, {})["targets"]) == {"resident_no_op_seconds"}
