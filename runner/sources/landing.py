@@ -95,8 +95,8 @@ def _suffix(relative: str) -> str:
 
 def discover(landing: Landing) -> list[LandedFile]:
     """All landable files under the landing folder, in a stable order; export manifests (in
-    change_tables/<capture_instance>/) come as kind `manifest`. Files and folders whose name
-    starts with `.` or `_` are not data (a writer's `_temporary/` attempts, `_SUCCESS`, `.crc`)."""
+    change_tables/<capture_instance>/) come as kind `manifest`. What is not data (hidden) is
+    skipped: see hidden."""
     folder = open_folder(landing)
     if not folder.exists():
         raise UsageError(f"landing folder {folder} does not exist; pass --landing DIR (a local folder or a URI)")
@@ -104,8 +104,7 @@ def discover(landing: Landing) -> list[LandedFile]:
     for kind in KINDS:
         for listed in folder.files(kind):
             parts = tuple(listed.relative.split("/")[1:])
-            if (_suffix(listed.relative) not in FORMATS or parts[0].startswith(".")
-                    or any(part.startswith(("_", ".")) for part in parts[1:])):
+            if _suffix(listed.relative) not in FORMATS or hidden(parts):
                 continue
             stamp = (listed.relative, listed.size, listed.modified_ns)
             if kind in MANIFEST_KINDS and parts[-1].lower().endswith(MANIFEST_SUFFIX):
@@ -117,6 +116,20 @@ def discover(landing: Landing) -> list[LandedFile]:
             elif len(parts) > 1:
                 found.append(LandedFile(kind, parts[0], *stamp))
     return found
+
+
+def hidden(parts: tuple[str, ...]) -> bool:
+    """Whether a file (its path below its kind's folder, as parts) is not data, as Hadoop's and
+    Spark's readers hide it: a file whose name starts with `_` or `.` (`_SUCCESS`, `.crc`
+    checksums, a writer's `.part-0.inprogress`), anything below a folder whose name starts with
+    `.` (`.spark-staging-*`, `.hive-staging*`), and below the first folder, one whose name starts
+    with `_` (a writer's `_temporary/` attempts under a topic or capture instance). The first
+    folder is a topic, capture instance, table or metadata entity, whose name may start with `_`
+    (Kafka allows `_orders`): it is data unless it is `_temporary`, the folder Hadoop's committer
+    writes uncommitted attempts to, as a Spark writer leaves it in a flat `ces/` or `debezium/`."""
+    *folders, name = parts
+    return (name.startswith(("_", ".")) or any(f.startswith(".") for f in folders)
+            or any(f.startswith("_") for f in folders[1:]) or folders[:1] == ["_temporary"])
 
 
 def raw_table(raw_schema: str) -> str:

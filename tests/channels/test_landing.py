@@ -340,3 +340,35 @@ def test_a_parquet_files_columns_and_rows_are_read_from_its_footer_alone(tmp_pat
     (tmp_path / "bad.parquet").write_bytes(b"PAR1" + b"garbage" * 4 + (28).to_bytes(4, "little") + b"PAR1")
     with pytest.raises(landing.ParquetFooterError, match=r"not a readable Parquet file \(its footer does not parse"):
         landing.parquet_footer(LocalFolder(tmp_path), "bad.parquet", 40)
+
+
+def test_nothing_a_writer_leaves_uncommitted_lands_in_any_folder_layout(tmp_path):
+    """Without Spark: in a flat ces/ or debezium/ folder as in a topic's or capture instance's, a
+    writer's `_temporary/` attempt, a `.spark-staging` folder, `_SUCCESS`, `.crc` and in-progress
+    files are not data; a topic or capture instance whose name starts with `_` (Kafka allows it) is."""
+    files = {
+        # uncommitted or not data
+        "debezium/_temporary/0/task_20261128_0001_m_000000/part-00000.json": "{}\n",
+        "ces/_temporary/0/_temporary/attempt_1/part-00000.json": "{}\n",
+        "ces/.spark-staging-5c1e/part-00000.json": "{}\n",
+        "ces/_SUCCESS": "", "ces/.part-00000.json.crc": "crc", "ces/_part-00001.json": "{}\n",
+        "ces/.part-00002.json.inprogress.0d4f": "{}\n",
+        "debezium/_orders/_temporary/0/part-00000.json": "{}\n",
+        "change_tables/_temporary/0/task_1/part-0.csv": "a\n1\n",
+        "change_tables/dbo_things/_temporary/0/task_1/part-0.csv": "a\n1\n",
+        "change_tables/dbo_things/.hive-staging_1/part-0.csv": "a\n1\n",
+        # data
+        "debezium/part-00000.json": "{}\n", "debezium/_orders/part-00000.json": "{}\n",
+        "ces/hub/part-00000.json": "{}\n", "change_tables/_legacy_things/e1.csv": "a\n1\n",
+        "change_tables/dbo_things/2026/11/e2.csv": "a\n1\n",
+    }
+    for relative, text in files.items():
+        (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / relative).write_text(text)
+
+    found = {(f.kind, f.entity, f.relative) for f in landing.discover(tmp_path)}
+
+    assert found == {("debezium", "default", "debezium/part-00000.json"), ("debezium", "_orders", "debezium/_orders/part-00000.json"),
+                     ("ces", "hub", "ces/hub/part-00000.json"),
+                     ("change_tables", "_legacy_things", "change_tables/_legacy_things/e1.csv"),
+                     ("change_tables", "dbo_things", "change_tables/dbo_things/2026/11/e2.csv")}
