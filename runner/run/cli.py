@@ -309,8 +309,8 @@ def _refused(refused: list[str], stopped: list[str] = ()) -> list[str]:
                         "everything else was landed and applied. Follow the remedy above, then re-run")
     if refused:
         problems.append(f"{len(refused)} landing file(s) were refused (listed above) and landed nothing; everything else "
-                        "was landed, and the tables a refused export feeds wait for it. Replace each with a complete copy "
-                        "(a refused file was never landed, so the same name works) and re-run")
+                        "was landed, and the tables a refused export feeds wait for it. Remedy each as its REFUSED line "
+                        "says and re-run")
     return problems
 
 

@@ -666,17 +666,25 @@ def _gap(t: Table, lower: str, min_lsn: dict[str, str]) -> str | None:
             "reconciles the marts and keeps their history")
 
 
+# the reasons of files refused for another's sake (runner/sources/landing.py REFUSED_FILE,
+# REFUSED_MANIFEST): a manifest for a file it lists, a file for its manifest
+FOR_ANOTHER = ("export manifest: its file ", "its export manifest ")
+
+
 def _held(t: Table, refused: tuple[str, ...]) -> str | None:
     """Why a change-table table waits for a refused export of one of its capture instances
     (`refused`: "<path>: <reason>" per refused file): were its marts to move past the LSNs the
-    file holds, its changes would never be applied once a whole copy lands."""
+    file holds, its changes would never be applied once a whole copy lands. Names a file refused
+    for its own reason (its REFUSED line says the remedy), before those refused for its sake."""
     folders = {f"change_tables/{i}" for i, _ in t.instances}
-    files = [r.split(": ", 1)[0] for r in refused if "/".join(r.lower().split("/")[:2]) in folders]
-    if not files:
+    mine = sorted((reason.startswith(FOR_ANOTHER), path) for path, _, reason in (r.partition(": ") for r in refused)
+                  if "/".join(path.lower().split("/")[:2]) in folders)
+    if not mine:
         return None
-    return (f"tracked table {t.name} waits: {files[0]}{f' (and {len(files) - 1} more)' if len(files) > 1 else ''} "
-            "was refused (see REFUSED above), and its marts must not move past the changes it holds. Replace it with a "
-            "whole copy under the same name, or remove it to go on without it")
+    more = f" (and {len(mine) - 1} more)" if len(mine) > 1 else ""
+    return (f"tracked table {t.name} waits: {mine[0][1]}{more} was refused (its REFUSED line above says why and what to "
+            "do), and its marts must not move past the changes it holds. Remedy it as that line says, or remove it to "
+            "go on without it")
 
 
 def _still_written(t: Table, unsettled: tuple[str, ...]) -> str | None:

@@ -296,14 +296,14 @@ def cut_short(folder: Folder, relative: str, fmt: str, size: int,
         footer = int.from_bytes(tail[:4], "little") if len(tail) == 8 else 0
         if size < 12 or head != PARQUET_MAGIC or tail[4:] != PARQUET_MAGIC or footer + 12 > size:
             return (f"not a whole Parquet file ({size} bytes, no PAR1 footer at its end): it was cut short "
-                    "or is still being written")
+                    f"or is still being written. {REPLACE}")
     elif fmt == "csv":
         if size == 0:
-            return "empty CSV file (not even a header row): it was cut short or is still being written"
+            return f"empty CSV file (not even a header row): it was cut short or is still being written. {REPLACE}"
         newline = _newline(folder.read(relative, 0, 3), (csv or CSV_DIALECT)["encoding"])
         if folder.read(relative, max(size - len(newline), 0), len(newline)) != newline:
                 return ("the CSV does not end with a line break, so its last row was cut short (or the file is still "
-                        "being written); exports end every row, including the last, with a line break")
+                        f"being written); exports end every row, including the last, with a line break. {REPLACE}")
     return None
 
 
@@ -399,6 +399,12 @@ CHANGED = ("changed since it was landed (landed: {0} bytes modified at {1} ms; n
            "was landed while still being written, or replaced. Exports are immutable: put the whole file under a new "
            "name (with a new manifest if one lists it); it lands whole and the rows landed from the first copy are taken "
            "once. Then remove this one")
+# the remedy of a file refused as incomplete: it never landed, so its name is free
+REPLACE = "Replace it with a whole copy under the same name; it lands with the next run"
+# a file refused for another's sake (check_probed): a manifest for a file it lists, a file for its
+# manifest; runner/run/plan.py _held names the file refused for its own reason instead
+REFUSED_FILE = "export manifest: its file {0} is refused"
+REFUSED_MANIFEST = "its export manifest {0} is refused: {1}"
 # SQL Server's metadata columns an export may carry besides the captured ones (check_probed)
 METADATA_COLUMNS = ("__$start_lsn", "__$end_lsn", "__$seqval", "__$operation", "__$update_mask", "__$command_id")
 
@@ -497,13 +503,13 @@ def check_probed(intake: Intake, probed: dict[str, dict]) -> None:
             found, expected = probed["rows"].get(relative, 0), m["rows_by_file"][relative]
             if relative not in refused and found != expected:
                 refused[relative] = (f"{found} rows, but its export manifest {m['relative']} says {expected}: it was cut "
-                                     "short or is not the exported file")
+                                     f"short or is not the exported file. {REPLACE}")
             if relative in refused:
-                refused.setdefault(m["relative"], f"export manifest: its file {relative} is refused")
+                refused.setdefault(m["relative"], REFUSED_FILE.format(relative))
         if m["relative"] in refused:
             for relative in m["files"]:
                 if any(f["relative"] == relative for f in intake.accepted):
-                    refused.setdefault(relative, f"its export manifest {m['relative']} is refused: {refused[m['relative']]}")
+                    refused.setdefault(relative, REFUSED_MANIFEST.format(m["relative"], refused[m["relative"]]))
     intake.accepted = [f for f in intake.accepted if f["relative"] not in refused]
 
 

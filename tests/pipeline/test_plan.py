@@ -34,6 +34,7 @@ from runner.run.plan import (
     retention,
 )
 from runner.run.report import headroom_warnings
+from runner.sources import landing
 
 CUSTOMERS = Table("customers", "change_tables", (("dbo_customers", False),), "d1")
 ORDERS = Table("orders", "change_tables", (("dbo_orders", False),), "d2")
@@ -349,7 +350,7 @@ def test_a_refused_export_holds_its_tables_marts_until_a_whole_copy_lands_or_it_
     assert not p.tables["customers"].apply and p.tables["orders"].apply
     assert p.tables["customers"].gap.startswith("tracked table customers waits: change_tables/DBO_Customers/e4.parquet "
                                                 "(and 1 more) was refused")
-    assert "Replace it with a whole copy under the same name, or remove it" in p.tables["customers"].gap
+    assert "Remedy it as that line says, or remove it" in p.tables["customers"].gap
     assert p.tables["orders"].gap is None and p.tables["employees"].gap is None
     out = advance(p, f, [NodeResult(m, "model", "success") for m in p.build])
     assert out.status == "failed" and out.failed == [f"table customers: {p.tables['customers'].gap}"]
@@ -359,6 +360,17 @@ def test_a_refused_export_holds_its_tables_marts_until_a_whole_copy_lands_or_it_
     assert advance(plan_run(again), again, []).watermarks["customers_current"].lsn == lsn(10)
     removed = facts("b3", previous=previous(20, "b2"), watermarks={**out.watermarks})
     assert advance(plan_run(removed), removed, []).watermarks["customers_current"].lsn == lsn(20)
+
+    # an export refused for its columns, with its manifest and the good file it lists: the table
+    # waits naming the export refused for its own reason, not the one refused for its manifest
+    folder = "change_tables/dbo_customers"
+    manifest, renamed, ok = f"{folder}/m.manifest.json", f"{folder}/renamed.csv", f"{folder}/cust_ok.csv"
+    own = f"{renamed}: its columns lack notes, declared for capture instance dbo_customers"
+    refused = (f"{ok}: {landing.REFUSED_MANIFEST.format(manifest, landing.REFUSED_FILE.format(renamed))}",
+               f"{manifest}: {landing.REFUSED_FILE.format(renamed)}", own)
+    p = plan_run(facts(arrived=arrived(cdc_metadata__lsn_time_mapping=(11, 20), change_tables__dbo_customers=(11, 19)),
+                       refused=refused))
+    assert p.tables["customers"].gap.startswith(f"tracked table customers waits: {renamed} (and 2 more) was refused")
 
 
 def test_an_export_still_being_written_holds_its_tables_marts_without_failing_the_run():
