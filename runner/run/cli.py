@@ -353,6 +353,7 @@ def main(argv: list[str] | None = None, kafka_sources: list | None = None) -> in
             if describe_previous(held):
                 progress.step(describe_previous(held))
             if args.command == "serve":
+                parse_project(args, target)
                 return _serve(args, target, held, kafka_sources, progress)
             listed = None
             if args.command != "audit" and not through_spark and not (kafka_sources and not folder.exists()):
@@ -362,6 +363,7 @@ def main(argv: list[str] | None = None, kafka_sources: list | None = None) -> in
             if last_run and unchanged(last_run, progress):
                 progress.step("OK")
                 return EXIT_OK
+            parse_project(args, target)
             folder, first_listing = start_spark(args, target, held, progress, kafka_sources)
             if args.command == "audit":
                 return _audit(args, target, progress)
@@ -371,6 +373,19 @@ def main(argv: list[str] | None = None, kafka_sources: list | None = None) -> in
     except RunnerError as exc:
         progress.step(f"FAILED: {exc}")
         return exc.exit_code
+
+
+def parse_project(args, target) -> None:
+    """Parses the project before Spark starts, so a project that does not parse (a declaration dbt
+    refuses, a model that does not compile) is refused with dbt's whole message before anything
+    lands (UsageError). The parse is kept for the run (runner/run/dbt.py: the same project files,
+    target and vars parse once per process)."""
+    Dbt(args.project_dir, target.name, _dbt_vars(args, target)).parse()
+
+
+def _dbt_vars(args, target) -> dict[str, str]:
+    """The vars of a command's dbt invocations: the raw schema; an audit's checks over whole tables."""
+    return {"cdc_raw_schema": target.raw_schema, **({"cdc_checks": "all"} if args.command == "audit" else {})}
 
 
 def unchanged(last_run: LastRun, progress, resident: bool = False) -> bool:
@@ -502,7 +517,7 @@ def last_run_record(args, target, held: RunnerLock, reads_kafka: bool) -> LastRu
 def _audit(args, target, progress) -> int:
     """`dbt test` over whole tables (var cdc_checks all, tag cdc_audit included): the check a
     normal run scopes to its batch, run on demand (docs/operations.md "Checks: batch and audit")."""
-    dbt = Dbt(args.project_dir, target.name, {"cdc_raw_schema": target.raw_schema, "cdc_checks": "all"})
+    dbt = Dbt(args.project_dir, target.name, _dbt_vars(args, target))
     progress.step("dbt test over whole tables (audit)")
     failed = failures(dbt.build(list(args.select), False, command="test"))
     if failed:

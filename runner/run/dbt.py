@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from runner.errors import InfrastructureError, PipelineFailed
+from runner.errors import InfrastructureError, PipelineFailed, UsageError
 from runner.run.plan import NodeResult
 
 # the manifest of the last project parsed in this process (see Dbt.parse)
@@ -48,7 +48,7 @@ class Dbt:
 
                 result = dbtRunner().invoke(["--quiet", "--log-level", "none", *self._args(["parse"])])
                 if not result.success or result.result is None:
-                    raise InfrastructureError(f"dbt parse failed: {result.exception or 'see logs/dbt.log'}".splitlines()[0])
+                    raise UsageError(f"the project does not parse (dbt parse): {whole(result.exception) or 'see logs/dbt.log'}")
                 _MANIFESTS.clear()
                 _MANIFESTS[key] = result.result
             self.manifest = _MANIFESTS[key]
@@ -74,7 +74,7 @@ class Dbt:
         runner = dbtRunner(manifest=self.parse(), callbacks=callbacks or [])
         result = runner.invoke([*quieting, *flags, *self._args(command, run_vars)])
         if result.exception is not None:
-            raise InfrastructureError(f"dbt {command[0]} could not run: {result.exception}".splitlines()[0])
+            raise InfrastructureError(f"dbt {command[0]} could not run: {whole(result.exception)}")
         return result
 
     def build(self, select: list[str], full_refresh: bool, exclude: list[str] = (), command: str = "build",
@@ -156,6 +156,13 @@ def failures(nodes: list[NodeResult]) -> list[str]:
     """The failed nodes of a build, one line each: "<type> <name>: <status>[ - reason]"."""
     return [f"{n.resource_type} {n.name}: {n.status}" + (f" - {n.message}" if n.message else "")
             for n in nodes if n.status in ("error", "fail")]
+
+
+def whole(error: object) -> str:
+    """A dbt error as one line, whole: what failed, where, and the explanation and remedy the
+    project's macros give (dbt's own call trace, `> in macro ...`, left out)."""
+    lines = [line.strip() for line in str(error or "").splitlines()]
+    return ": ".join(line for line in lines if line and not line.startswith(("> in ", "> called by")))
 
 
 def _first_error_line(message: str | None) -> str:

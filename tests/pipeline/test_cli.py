@@ -150,3 +150,28 @@ def test_kafka_sources_are_checked_before_spark(tmp_path):
                 "own SparkSession, so they need a session target that is not Spark Connect") in run_with(
             {**base, "secret_options": {"sasl.jaas.config": "TEST_JAAS"}}, "--target", target,
             env={"TEST_JAAS": "not-a-secret-value"})
+
+
+def test_a_declaration_dbt_refuses_stops_the_run_before_spark_with_dbts_whole_message(tmp_path):
+    """A column declared with a name generated SQL cannot carry: the run parses the project before
+    Spark starts and lands nothing, and prints dbt's explanation and remedy, not only where it failed."""
+    import yaml
+
+    from tests.conftest import copy_project
+
+    project = copy_project(tmp_path / "project", {}, drop=("customers", "order_lines", "products"))
+    config_path = project / "dbt_project.yml"
+    config = yaml.safe_load(config_path.read_text())
+    config["vars"]["cdc_tracked_tables"]["employees"]["columns"][1]["name"] = "[desc]"
+    config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+    (tmp_path / "landing").mkdir()
+    result = subprocess.run([sys.executable, "-m", "runner", "run", "--project-dir", str(project), "--landing",
+                             str(tmp_path / "landing")], cwd=PROJECT_DIR, capture_output=True, text=True, timeout=180,
+                            check=False, env={**os.environ, "SQLSERVER_CDC_STATE_DIR": str(tmp_path / "state")})
+    assert result.returncode == 2, result.stdout[-2000:]
+    assert "starting Spark" not in result.stdout
+    last = result.stdout.strip().splitlines()[-1]
+    assert "FAILED: the project does not parse (dbt parse): Compilation Error in model employees_" in last, last
+    assert ("tracked table 'employees': column name '[desc]' is not a plain identifier; name it with letters, digits "
+            "and underscores (alias the SQL Server column in the export's SELECT") in last, last
+    assert "> in macro" not in last
