@@ -826,15 +826,12 @@ def many_tables_phases(spark, cfg: BenchConfig, project_dir: Path, work: Path, p
     def timed(label: str, rows: int, name: str, declared: dict | None = None) -> Phase:
         """The median of many_repeats runs of project `name`, each after landing a new batch of
         `declared`'s tables (none: nothing new)."""
-        seconds = []
-        for i in range(cfg.many_repeats):
+        def land() -> None:
             if declared:
                 write_workload(spark, setups[name][1], declared, written[name], written[name] + b, k, many,
                                f"batch_{name}_{written[name]}")
                 written[name] += b
-            seconds.append(_timed(progress, f"{label} ({i + 1} of {cfg.many_repeats})", rows, lambda: run(name)).seconds)
-        return Phase(label, sorted(seconds)[len(seconds) // 2], rows, f"median of {cfg.many_repeats}: "
-                     + ", ".join(f"{s:.1f}" for s in seconds))
+        return _median(progress, label, rows, cfg.many_repeats, land, lambda: run(name))
 
     total = len(tables)
     phases = [_timed(progress, f"many: initial load ({total} tables)", total * n, lambda: run("many"))]

@@ -13,6 +13,7 @@ from cdc_simulator import ces_writer, debezium_writer
 from cdc_tooling.bench import (
     BenchConfig,
     Phase,
+    _median,
     _report,
     declarations,
     event_folder,
@@ -228,3 +229,17 @@ def test_report_holds_the_resident_phases_and_the_soak_to_issue_48s_targets():
     # at another size the 50-table targets do not apply
     small = [Phase("resident: nothing new (10 tables)", 0.1, 0), Phase("resident: 10 changes on each of 10 tables", 60.0, 100)]
     assert set(_report(BenchConfig(many_tables=10), small, 0, 1, 1, 1, {})["targets"]) == {"resident_no_op_seconds"}
+
+
+def test_a_repeated_phase_is_the_median_of_its_runs_each_after_its_untimed_preparation(monkeypatch):
+    from cdc_tooling import bench
+
+    events, clock = [], iter([0.0, 5.0, 10.0, 11.0, 20.0, 23.0])
+    monkeypatch.setattr(bench.time, "perf_counter", lambda: next(clock))
+    progress = type("Progress", (), {"step": lambda self, line: events.append(line)})()
+
+    phase = _median(progress, "x", 7, 3, lambda: events.append("before"), lambda: events.append("run"), lambda: "note")
+
+    assert (phase.phase, phase.seconds, phase.rows) == ("x", 3.0, 7)
+    assert phase.note == "median of 3: 5.0, 1.0, 3.0; note"
+    assert [e for e in events if e in ("before", "run")] == ["before", "run"] * 3
