@@ -35,15 +35,48 @@
     {{ return(13) }}
 {%- endmacro %}
 
-{% macro _ledger_ddl(relation) -%}
+{#- The ledger's DDL; a new ledger records the state layout `layout` (runner/run/layout.py). -#}
+{% macro _ledger_ddl(relation, layout=none) -%}
     {%- set columns = [] -%}
     {%- for c in sqlserver_cdc._ledger_columns() -%}{%- do columns.append(c[0] ~ ' ' ~ c[1]) -%}{%- endfor -%}
     create table if not exists {{ relation }} ({{ columns | join(', ') }}) using delta
+    {%- if layout is not none %} tblproperties ('{{ sqlserver_cdc._layout_property() }}' = '{{ layout | int }}'){% endif %}
+{%- endmacro %}
+
+{#- The ledger's table property that records the state layout (runner/run/layout.py PROPERTY). -#}
+{% macro _layout_property() -%}
+    {{ return('sqlserver_cdc.state_layout') }}
+{%- endmacro %}
+
+{#- The state layout the ledger records: none when there is no ledger, '' when it records none
+    (a warehouse written before the layout was recorded). -#}
+{% macro _recorded_layout(relation) -%}
+    {%- if not run_query("show tables in " ~ relation.schema ~ " like '" ~ relation.identifier ~ "'").rows -%}
+        {{ return(none) }}
+    {%- endif -%}
+    {%- for row in run_query('show tblproperties ' ~ relation) if row[0] == sqlserver_cdc._layout_property() -%}
+        {{ return(row[1]) }}
+    {%- endfor -%}
+    {{ return('') }}
+{%- endmacro %}
+
+{#- Records the state layout `layout` on the ledger (after the runner migrated the warehouse to it). -#}
+{% macro record_layout(layout) -%}
+    {{ return(adapter.dispatch('record_layout', 'sqlserver_cdc')(layout)) }}
+{%- endmacro %}
+
+{% macro default__record_layout(layout) -%}
+    {{ exceptions.raise_compiler_error(sqlserver_cdc._not_supported('record_layout')) }}
+{%- endmacro %}
+
+{% macro spark__record_layout(layout) -%}
+    {% do run_query('alter table ' ~ sqlserver_cdc.ledger_relation() ~ " set tblproperties ('"
+        ~ sqlserver_cdc._layout_property() ~ "' = '" ~ layout | int ~ "')") %}
 {%- endmacro %}
 
 {#- Creates the ledger if missing and adds the columns an earlier release's ledger lacks. -#}
-{% macro _ensure_ledger(relation) -%}
-    {% do run_query(sqlserver_cdc._ledger_ddl(relation)) %}
+{% macro _ensure_ledger(relation, layout=none) -%}
+    {% do run_query(sqlserver_cdc._ledger_ddl(relation, layout)) %}
     {%- set present = [] -%}
     {%- for row in run_query('describe table ' ~ relation) -%}
         {%- if not row[0] or row[0].startswith('#') -%}{%- break -%}{%- endif -%}
@@ -96,21 +129,30 @@
     a batch landed after it (a killed run's). The runner's batch id continues after it
     (runner/run/plan.py batch_id). Reads the raw table's batches after the last recorded run only.
     Also reports which of `files` (the landing folder's, relative to it) landed, and with what
-    size and time, and whether the raw table keeps landed-file records (_landed_files). -#}
-{% macro open_run(raw_schema=none, files=[]) -%}
-    {{ return(adapter.dispatch('open_run', 'sqlserver_cdc')(raw_schema=raw_schema, files=files)) }}
+    size and time, and whether the raw table keeps landed-file records (_landed_files). Reports
+    first the state layout the ledger records (`layout`: a new ledger records `layout`, the
+    runner's; none: no layout recorded) and, when it is newer than `layout`, only that: a
+    warehouse of a newer release is not written to (runner/run/layout.py refuses it). -#}
+{% macro open_run(raw_schema=none, files=[], layout=none) -%}
+    {{ return(adapter.dispatch('open_run', 'sqlserver_cdc')(raw_schema=raw_schema, files=files, layout=layout)) }}
 {%- endmacro %}
 
-{% macro default__open_run(raw_schema=none, files=[]) -%}
+{% macro default__open_run(raw_schema=none, files=[], layout=none) -%}
     {{ exceptions.raise_compiler_error(sqlserver_cdc._not_supported('open_run')) }}
 {%- endmacro %}
 
-{% macro spark__open_run(raw_schema=none, files=[]) -%}
+{% macro spark__open_run(raw_schema=none, files=[], layout=none) -%}
     {%- set raw_schema = raw_schema or var('cdc_raw_schema', target.schema ~ '_raw') -%}
     {%- set raw = raw_schema ~ '.landed_rows' -%}
     {%- set ledger = sqlserver_cdc.ledger_relation() -%}
     {% do run_query('create schema if not exists ' ~ ledger.schema) %}
-    {% do sqlserver_cdc._ensure_ledger(ledger) %}
+    {%- set found = sqlserver_cdc._recorded_layout(ledger) -%}
+    {%- set found = layout if found is none else (found or none) -%}
+    {%- if found is not none and layout is not none and (found | string).isdigit() and found | int > layout | int -%}
+        {{ log('sqlserver_cdc.open_run ' ~ tojson({'layout': found, 'ledger': ledger | string}), info=true) }}
+        {{ return('') }}
+    {%- endif -%}
+    {% do sqlserver_cdc._ensure_ledger(ledger, layout) %}
     {% do sqlserver_cdc._ensure_watermarks() %}
     {% do run_query('create schema if not exists ' ~ raw_schema) %}
     {% do run_query(sqlserver_cdc._raw_table_ddl(raw)) %}
@@ -118,6 +160,6 @@
     {%- set landed = run_query("select coalesce(max(_batch_id), '') from " ~ raw ~ " where _batch_id > "
         ~ sqlserver_cdc._sql_string(recorded)).rows[0][0] -%}
     {%- set report = sqlserver_cdc._landed_files(raw, files) -%}
-    {%- do report.update({'last_batch': [recorded, landed] | max}) -%}
+    {%- do report.update({'last_batch': [recorded, landed] | max, 'layout': found, 'ledger': ledger | string}) -%}
     {{ log('sqlserver_cdc.open_run ' ~ tojson(report), info=true) }}
 {%- endmacro %}

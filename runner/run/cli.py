@@ -17,7 +17,7 @@ from pathlib import Path
 from runner.errors import EXIT_OK, InfrastructureError, PipelineFailed, RunnerError, UsageError
 from runner.project.config import export_manifests_required
 from runner.project.tables import check_model_files, exported_columns
-from runner.run import plan, report
+from runner.run import layout, plan, report
 from runner.run.dbt import Dbt, failures
 from runner.run.lock import RunnerLock, describe_previous, lock_path, state_dir
 from runner.run.unchanged import LastRun
@@ -146,10 +146,7 @@ def run_pipeline(project_dir: Path, target, landing_dir: Path | str | Folder, *,
         files = landing.files_to_land(folder, landing.csv_dialects(project_dir), exported_columns(project_dir),
                                       settled=listed)
     clock_id = _batch_id()
-    opened = dbt.operation("sqlserver_cdc.open_run", {"raw_schema": target.raw_schema,
-                                                      "files": [f["relative"] for f in files]}).get("open_run")
-    if opened is None:
-        raise InfrastructureError("open_run reported nothing: is the project's sqlserver_cdc package current?")
+    opened = layout.open_warehouse(dbt, target.raw_schema, [f["relative"] for f in files])
     batch_id = plan.batch_id(clock_id, opened["last_batch"] or "")
     if batch_id != clock_id:
         progress.step(f"this machine's clock is behind the last landed batch or recorded run: batch {batch_id} "

@@ -51,6 +51,7 @@ from pydantic import ValidationError
 from runner.errors import UsageError
 from runner.project.config import ExportManifest, SnapshotManifest, explain, project_vars
 from runner.project.tables import exported_columns
+from runner.run.layout import open_warehouse
 from runner.sources.folders import Folder, open_folder
 
 KINDS = ("change_tables", "cdc_metadata", "ces", "debezium", "snapshots")
@@ -580,8 +581,7 @@ def land(dbt, landing: Landing, raw_schema: str, batch_id: str) -> dict[str, obj
     through begin_run instead, which also plans the run from what landed."""
     folder = open_folder(landing)
     files = files_to_land(folder, csv_dialects(dbt.project_dir), exported_columns(dbt.project_dir))
-    opened = dbt.operation("sqlserver_cdc.open_run", {"raw_schema": raw_schema,
-                                                      "files": [f["relative"] for f in files]}).get("open_run") or {}
+    opened = open_warehouse(dbt, raw_schema, [f["relative"] for f in files])
     taken = intake(dbt, folder, files, opened.get("landed") or {}, raw_schema)
     outcome = dbt.operation("sqlserver_cdc.land_files", {"files": taken.accepted, "batch_id": batch_id,
                                                          "raw_schema": raw_schema,

@@ -99,7 +99,7 @@ def test_test_modules_share_helpers_not_each_other():
     """Tests mirror the code (macros, channels, pipeline, tooling) and share what they need through
     conftest and the helper modules beside it, never by importing another test module."""
     tests = PROJECT_DIR / "tests"
-    helpers = {"tests.conftest", "tests.expected", "tests.scenarios", "tests.reference_cdc"}
+    helpers = {"tests.conftest", "tests.expected", "tests.scenarios", "tests.reference_cdc", "tests.state_fixture"}
     assert sorted(p.name for p in tests.iterdir() if p.is_dir() and (p / "__init__.py").exists()) == [
         "channels", "macros", "pipeline", "tooling"]
     offenders = []
