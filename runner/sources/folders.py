@@ -251,8 +251,8 @@ class FsspecFolder:
     def files(self, under: str) -> list[Listed]:
         fs, root = self._fsspec()
         base = f"{root}/{under}"
-        try:  # fsspec's walk reads an unreachable store as an empty folder unless told to raise
-            found = fs.find(base, detail=True, on_error="raise")
+        try:
+            found = fs.find(base, detail=True, **_raising(fs))
         except FileNotFoundError:
             return []
         except Exception as exc:  # noqa: BLE001
@@ -276,6 +276,19 @@ class FsspecFolder:
 
     def spark_path(self, relative: str) -> str:
         return f"{self.uri}/{relative}"
+
+
+def _raising(fs) -> dict:
+    """The argument that makes `fs.find` raise on a folder it cannot list: fsspec's own find (a
+    walk, e.g. WebHDFS's) reads an unreachable store as an empty folder unless given
+    on_error='raise'; an object store's own find (s3fs, adlfs, gcsfs list by prefix) raises
+    already and refuses that argument."""
+    from fsspec.asyn import AsyncFileSystem
+    from fsspec.spec import AbstractFileSystem
+
+    walks = type(fs)._find is AsyncFileSystem._find if isinstance(fs, AsyncFileSystem) else \
+        type(fs).find is AbstractFileSystem.find
+    return {"on_error": "raise"} if walks else {}
 
 
 def _modified_ns(info: dict) -> int:

@@ -1,4 +1,5 @@
-"""The jars the sessions load, Delta Lake's and Spark's Kafka source's, Apache Kafka's broker
+"""The jars the sessions load, Delta Lake's, Spark's Kafka source's and Hadoop's S3A connector's
+(`s3a://`, with the AWS SDK v2 modules it uses), Apache Kafka's broker
 (for the tests and `make kafka-up`, in `<jar folder>/kafka-broker`) and Apache Hadoop's HDFS
 mini-cluster (for the tests and `make hdfs-up`, in `<jar folder>/hdfs`): resolved once from Maven
 Central at set-up, then loaded from the project's git-ignored jar folder, so a run after set-up
@@ -86,9 +87,29 @@ def hdfs_packages() -> str:
             "javax.xml.bind:jaxb-api:2.3.1")
 
 
+# AWS SDK v2's modules for hadoop-aws, one by one (the SDK's `bundle` that hadoop-aws depends on
+# is 612 MiB): the S3 client and its transfer manager, STS (assumed roles, web identity tokens)
+# and the Apache HTTP client, at the SDK's BOM release served here; Ivy adds what they need
+AWS_SDK = "2.57.8"
+AWS_SDK_MODULES = ("s3", "s3-transfer-manager", "sts", "apache-client")
+# left out of the resolution: the bundle, and what Spark carries already at its own (newer)
+# release (Netty, Apache HttpClient 4, Commons Codec and Logging, SLF4J)
+EXCLUDES = ("software.amazon.awssdk:bundle", "commons-codec:commons-codec", "commons-logging:commons-logging",
+            "org.apache.httpcomponents:httpclient", "org.apache.httpcomponents:httpcore", "org.slf4j:slf4j-api",
+            *(f"io.netty:netty-{m}" for m in ("buffer", "codec", "codec-http", "codec-http2", "common", "handler",
+                                              "resolver", "transport", "transport-classes-epoll",
+                                              "transport-native-unix-common")))
+
+
+def s3a_packages() -> str:
+    """Hadoop's S3A connector (`s3a://`) at pyspark's Hadoop release, with AWS_SDK_MODULES."""
+    return ",".join([f"org.apache.hadoop:hadoop-aws:{hadoop_version()}",
+                     *(f"software.amazon.awssdk:{m}:{AWS_SDK}" for m in AWS_SDK_MODULES)])
+
+
 def spark_packages() -> str:
-    """Every package a session loads: Delta Lake and Spark's Kafka source."""
-    return f"{delta_packages()},{kafka_package()}"
+    """Every package a session loads: Delta Lake, Spark's Kafka source and Hadoop's S3A connector."""
+    return f"{delta_packages()},{kafka_package()},{s3a_packages()}"
 
 
 def broker_dir() -> Path:
@@ -105,7 +126,7 @@ def resolved(folder: Path | None = None, packages: str | None = None) -> bool:
 def ensure(quiet: bool = False) -> Path:
     """Fetches the sessions' jars (Delta Lake, Kafka source) into the jar folder unless they are
     there, and links Delta's into driver_dir(); returns the folder."""
-    folder = _ensure(jars_dir(), spark_packages(), quiet)
+    folder = _ensure(jars_dir(), spark_packages(), quiet, EXCLUDES)
     _link_driver_jars(folder)
     return folder
 
@@ -151,7 +172,7 @@ def ensure_hdfs(quiet: bool = False) -> Path:
     return _ensure(hdfs_dir(), hdfs_packages(), quiet)
 
 
-def _ensure(folder: Path, packages: str, quiet: bool) -> Path:
+def _ensure(folder: Path, packages: str, quiet: bool, excludes: tuple[str, ...] = ()) -> Path:
     if resolved(folder, packages):
         return folder
     folder.mkdir(parents=True, exist_ok=True)
@@ -163,6 +184,7 @@ def _ensure(folder: Path, packages: str, quiet: bool) -> Path:
         noop = Path(tmp) / "noop.py"
         noop.write_text("")
         command = [str(submit), "--master", "local[1]", "--packages", packages,
+                   *(["--conf", f"spark.jars.excludes={','.join(excludes)}"] if excludes else []),
                    "--conf", f"spark.jars.ivy={ivy}", "--conf", "spark.ui.enabled=false", str(noop)]
         env = {**os.environ, "SPARK_LOCAL_IP": os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"),
                "PYSPARK_PYTHON": sys.executable}
