@@ -50,7 +50,7 @@ def _lsn_colons(value: int) -> str:
 
 def _image(table: TableSpec, values: dict[str, object], columns=None) -> str:
     chosen = table.columns if columns is None else columns
-    return json.dumps({c.name: text(values[c.name], c.type) for c in chosen}, ensure_ascii=False)
+    return json.dumps({c.exported: text(values[c.name], c.type) for c in chosen}, ensure_ascii=False)
 
 
 def table_events(table: TableSpec, transactions: list[Transaction], options: CesOptions = CesOptions(),
@@ -58,7 +58,8 @@ def table_events(table: TableSpec, transactions: list[Transaction], options: Ces
     """The CloudEvents (segments included) for `table`'s changes in `transactions`, in commit order."""
     rng = random.Random(seed)
     db, schema, tbl = table.source or (None, "dbo", table.name)
-    cols = [{"name": c.name, "type": c.type, "index": c.ordinal - 1} for c in table.columns]
+    exported = {c.name: c.exported for c in table.columns}
+    cols = [{"name": c.exported, "type": c.type, "index": c.ordinal - 1} for c in table.columns]
     events: list[dict] = []
     for tx in transactions:
         rows = sorted(tx.changes.get(table.name, []), key=lambda r: (r.seqval, r.operation))
@@ -77,7 +78,7 @@ def table_events(table: TableSpec, transactions: list[Transaction], options: Ces
                 if options.old_values:
                     old = _image(table, before[row.seqval].values, carried if options.partial_updates else None)
             source = {"db": db or "db1", "schema": schema, "tbl": tbl, "cols": cols,
-                      "pkkey": [{"columnname": k, "value": text(row.values[k], "")} for k in table.key]}
+                      "pkkey": [{"columnname": exported[k], "value": text(row.values[k], "")} for k in table.key]}
             if not options.early_form:
                 source["transaction"] = {
                     "commitlsn": _lsn_colons(tx.commit_lsn), "beginlsn": _lsn_colons(tx.begin_lsn),

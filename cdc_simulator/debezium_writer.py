@@ -100,22 +100,22 @@ def encode(value: object, sql_type: str) -> object:
 
 
 def _row(table: TableSpec, values: dict[str, object], options: DebeziumOptions) -> dict:
-    row = {c.name: encode(values[c.name], c.type) for c in table.columns}
+    row = {c.exported: encode(values[c.name], c.type) for c in table.columns}
     if options.avro_unions:
         types = {"boolean": "boolean", "int16": "int", "int32": "int", "int64": "long", "float64": "double",
                  "float32": "float", "bytes": "bytes", "string": "string"}
         for c in table.columns:
-            if c.name not in table.key and row[c.name] is not None:
+            if c.name not in table.key and row[c.exported] is not None:
                 kind = types[column_schema(c.type)["type"]]
-                value = row[c.name]
+                value = row[c.exported]
                 if kind == "bytes":  # Avro-JSON bytes: one ISO-8859-1 character per byte
                     value = base64.b64decode(value).decode("latin-1")
-                row[c.name] = {kind: value}
+                row[c.exported] = {kind: value}
     return row
 
 
 def _value_schema(table: TableSpec, options: DebeziumOptions) -> dict:
-    columns = [{**column_schema(c.type), "optional": c.name not in table.key, "field": c.name} for c in table.columns]
+    columns = [{**column_schema(c.type), "optional": c.name not in table.key, "field": c.exported} for c in table.columns]
     _, schema, tbl = table.source or (options.database, "dbo", table.name)
     row_name = f"{options.server}.{schema}.{tbl}.Value"
     if options.flattened:
@@ -187,7 +187,8 @@ class Renderer:
         return json.dumps(value, ensure_ascii=False)
 
     def _key(self, values: dict) -> dict:
-        return {k: encode(values[k], next(c.type for c in self.table.columns if c.name == k)) for k in self.table.key}
+        by_name = {c.name: c for c in self.table.columns}
+        return {by_name[k].exported: encode(values[k], by_name[k].type) for k in self.table.key}
 
     def snapshot(self, rows: list[dict[str, object]], commit_lsn: int, moment: datetime,
                  incremental: bool = False) -> list[str]:

@@ -41,7 +41,7 @@ def _change_record(table: TableSpec, row: ChangeRow, binary: bool) -> dict[str, 
         "__$update_mask": row.update_mask if binary else "0x" + row.update_mask.hex().upper(),
     }
     for c in table.columns:
-        record[c.name] = row.values[c.name]
+        record[c.exported] = row.values[c.name]
     record["__$command_id"] = row.command_id
     return record
 
@@ -65,7 +65,7 @@ def _write_parquet(spark, path: Path, table: TableSpec, records: list[dict[str, 
         T.StructField("__$start_lsn", T.BinaryType()), T.StructField("__$end_lsn", T.BinaryType()),
         T.StructField("__$seqval", T.BinaryType()), T.StructField("__$operation", T.IntegerType()),
         T.StructField("__$update_mask", T.BinaryType()),
-        *[T.StructField(c.name, _spark_type(c.type)) for c in table.columns],
+        *[T.StructField(c.exported, _spark_type(c.type)) for c in table.columns],
         T.StructField("__$command_id", T.IntegerType()),
     ]
     rows = [tuple(r[f.name] for f in fields) for r in records]
@@ -133,7 +133,7 @@ def write_export(landing: Path, batch: str, table: TableSpec, transactions: list
         elif fmt == "jsonl":
             _write_jsonl(target, records)
         else:
-            _write_csv(target, records, [*CT_META, *(c.name for c in table.columns), "__$command_id"])
+            _write_csv(target, records, [*CT_META, *(c.exported for c in table.columns), "__$command_id"])
         files.append({"path": target.name, "rows": len(records), "bytes": target.stat().st_size})
     if through is not None:
         (folder / f"{batch}.manifest.json").write_text(json.dumps({
@@ -183,7 +183,7 @@ def write_captured_columns(landing: Path, tables: list[TableSpec], batch: str = 
     folder = landing / "cdc_metadata" / "captured_columns"
     folder.mkdir(parents=True, exist_ok=True)
     _write_csv(folder / f"{batch}.csv", [
-        {"object_id": 1000 + i, "column_name": c.name, "column_id": c.ordinal, "column_ordinal": c.ordinal, "is_computed": 0,
+        {"object_id": 1000 + i, "column_name": c.exported, "column_id": c.ordinal, "column_ordinal": c.ordinal, "is_computed": 0,
          **_type_parts(c.type)}
         for i, t in enumerate(tables) if t.channel == "change_tables" for c in t.columns
     ], ["object_id", "column_name", "column_id", "column_type", "column_ordinal", "is_computed", "character_maximum_length",
@@ -196,7 +196,7 @@ def write_snapshot(landing: Path, batch: str, table: TableSpec, rows: list[dict[
     folder = landing / "snapshots" / table.name
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / f"{batch}.csv"
-    _write_csv(target, [{c.name: r[c.name] for c in table.columns} for r in rows], [c.name for c in table.columns])
+    _write_csv(target, [{c.exported: r[c.name] for c in table.columns} for r in rows], [c.exported for c in table.columns])
     (folder / f"{batch}.manifest.json").write_text(json.dumps({
         "table": table.name, "snapshot_lsn": "0x" + lsn_hex(snapshot_lsn),
         "files": [{"path": target.name, "rows": len(rows), "bytes": target.stat().st_size}],

@@ -15,6 +15,11 @@ class Column:
     name: str
     type: str
     ordinal: int
+    source: str = ""  # its name in the exports and events (a declaration's source_name), when not `name`
+
+    @property
+    def exported(self) -> str:
+        return self.source or self.name
 
 
 @dataclass(frozen=True)
@@ -38,7 +43,7 @@ def tracked_tables(project_dir: Path) -> list[TableSpec]:
     a column's ordinal is optional: its position (docs/tables.md "Capture-instance changes")."""
     specs = []
     for name, table in tracked_table_declarations(project_dir).items():
-        columns = tuple(Column(c.name, c.type, c.ordinal if c.ordinal is not None else i)
+        columns = tuple(Column(c.name, c.type, c.ordinal if c.ordinal is not None else i, c.source_name or "")
                         for i, c in enumerate(table.columns, 1))
         if table.channel == "change_tables":
             specs.append(TableSpec(name, table.instances[-1][0], tuple(table.key), columns, demo=table.demo))

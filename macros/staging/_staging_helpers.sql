@@ -82,17 +82,17 @@
     and command_id: operation, its number, the update mask, commit time, the typed columns, the
     _has_<column> flags, event id, quarantine reason and landing metadata. An update's mask has
     the non-key columns it carries, less those whose value equals the old one when the old row
-    was sent (old, new: maps of lower-case column names to the sent values); any other
+    was sent (old, new: maps of lower-case source column names to the sent values); any other
     operation's mask has every column. -#}
 {% macro _event_staging_columns(t, old, new) -%}
     {%- set keys = t.key | map('lower') | list -%}
     {%- set changed_flags, all_flags = [], [] -%}
     {%- for c in t.columns -%}
-        {%- set name = c.name | lower -%}
+        {%- set source = sqlserver_cdc._sql_string(c.source | lower) -%}
         {%- do all_flags.append([c.ordinal, 'true']) -%}
-        {%- if name not in keys -%}
-            {%- do changed_flags.append([c.ordinal, "_has_" ~ c.name ~ " and not coalesce(" ~ old ~ "['" ~ name ~ "'] <=> "
-                ~ new ~ "['" ~ name ~ "'] and map_contains_key(" ~ old ~ ", '" ~ name ~ "'), false)"]) -%}
+        {%- if c.name | lower not in keys -%}
+            {%- do changed_flags.append([c.ordinal, "_has_" ~ c.name ~ " and not coalesce(" ~ old ~ "[" ~ source ~ "] <=> "
+                ~ new ~ "[" ~ source ~ "] and map_contains_key(" ~ old ~ ", " ~ source ~ "), false)"]) -%}
         {%- endif -%}
     {%- endfor -%}
     {%- set width = t.columns | map(attribute='ordinal') | max %}

@@ -46,12 +46,12 @@ texts as (
     select
         *,
         {%- for c in t.columns %}
-        {%- set name = c.name | lower %}
-        {%- if name in keys %}
-        coalesce(row_image['{{ name }}'], key_values['{{ name }}']) as text_{{ c.name }},
+        {%- set source = sqlserver_cdc._sql_string(c.source | lower) %}
+        {%- if c.name | lower in keys %}
+        coalesce(row_image[{{ source }}], key_values[{{ source }}]) as text_{{ c.name }},
         {%- else %}
-        row_image['{{ name }}'] as text_{{ c.name }},
-        operation = 'insert' or map_contains_key(row_image, '{{ name }}') as _has_{{ c.name }},
+        row_image[{{ source }}] as text_{{ c.name }},
+        operation = 'insert' or map_contains_key(row_image, {{ source }}) as _has_{{ c.name }},
         {%- endif %}
         {%- endfor %}
         case

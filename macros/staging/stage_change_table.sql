@@ -41,7 +41,7 @@ texts as (
         row_values['__$update_mask'] as text_update_mask,
         row_values['__$command_id'] as text_command_id,
         {%- for c in t.columns %}
-        row_values['{{ c.name | lower }}'] as text_{{ c.name }},
+        row_values[{{ sqlserver_cdc._sql_string(c.source | lower) }}] as text_{{ c.name }},
         {%- endfor %}
         case when row_values is null then concat('not a JSON object: ', raw_text) end as unreadable,
         coalesce(to_json(row_values), raw_text) as landed_record,

@@ -35,13 +35,13 @@ row_values as (
     select
         *,
         {%- for c in t.columns %}
-        {%- set name = c.name | lower %}
-        row_image['{{ name }}'] as value_{{ c.name }},
+        {%- set source = sqlserver_cdc._sql_string(c.source | lower) %}
+        row_image[{{ source }}] as value_{{ c.name }},
         coalesce(
-            column_types['{{ name }}'].name,
-            case when column_types['{{ name }}'].type = 'bytes' then 'bytes' end,
+            column_types[{{ source }}].name,
+            case when column_types[{{ source }}].type = 'bytes' then 'bytes' end,
             {%- if sqlserver_cdc.spark_type(c.type) != 'binary' %}
-            case when column_types['{{ name }}'] is not null then 'plain' end,
+            case when column_types[{{ source }}] is not null then 'plain' end,
             {%- endif %}
             '{{ sqlserver_cdc.debezium_encoding(c.type, t.debezium) }}'
         ) as encoding_{{ c.name }},
@@ -60,11 +60,11 @@ texts as (
         *,
         {%- for c in t.columns %}
         {{ sqlserver_cdc.debezium_value_text('value_' ~ c.name, 'encoding_' ~ c.name,
-            "coalesce(try_cast(column_types['" ~ (c.name | lower) ~ "'].scale as int), "
+            "coalesce(try_cast(column_types[" ~ sqlserver_cdc._sql_string(c.source | lower) ~ "].scale as int), "
                 ~ sqlserver_cdc.declared_scale(c.type) ~ ")",
             sqlserver_cdc.fraction_digits(c.type), sqlserver_type=c.type) }} as text_{{ c.name }},
         {%- if c.name | lower not in keys %}
-        _inserted or map_contains_key(row_image, '{{ c.name | lower }}') as _has_{{ c.name }},
+        _inserted or map_contains_key(row_image, {{ sqlserver_cdc._sql_string(c.source | lower) }}) as _has_{{ c.name }},
         {%- endif %}
         {%- endfor %}
         case when event_form != '{{ form }}' then

@@ -33,7 +33,9 @@
             {{ exceptions.raise_compiler_error("tracked table '" ~ table_name ~ "': every column needs name, type and ordinal; got " ~ column) }}
         {%- endif -%}
         {#- with several capture instances an ordinal is the column's bit in the marts' masks: by default its position -#}
-        {%- do columns.append({'name': column.name, 'type': column.type, 'ordinal': column.get('ordinal', loop.index)}) -%}
+        {#- source: the column's name in the exports, CES and Debezium events (source_name), else its own -#}
+        {%- do columns.append({'name': column.name, 'type': column.type, 'ordinal': column.get('ordinal', loop.index),
+            'source': column.get('source_name') or column.name}) -%}
         {%- if adapter.dispatch('spark_type', 'sqlserver_cdc')(column.type | string) is none -%}
             {{ exceptions.raise_compiler_error("tracked table '" ~ table_name ~ "': column '" ~ column.name ~ "' has type '"
                 ~ column.type ~ "', which is not a supported SQL Server type (supported: " ~ sqlserver_cdc._supported_types() ~ ")") }}
@@ -121,7 +123,7 @@
                 {{ exceptions.raise_compiler_error("tracked table '" ~ table_name ~ "': capture instance '" ~ instance.name ~ "' captures '" ~ name ~ "', which is not among the table's columns (" ~ (by_name.keys() | list | join(', ')) ~ ")") }}
             {%- endif -%}
             {%- set c = by_name[name | lower] -%}
-            {%- do captured.append({'name': c.name, 'type': c.type, 'ordinal': loop.index}) -%}
+            {%- do captured.append({'name': c.name, 'type': c.type, 'ordinal': loop.index, 'source': c.source}) -%}
         {%- endfor -%}
         {%- for key in raw.key if key | lower not in instance.columns | map('lower') | list -%}
             {{ exceptions.raise_compiler_error("tracked table '" ~ table_name ~ "': capture instance '" ~ instance.name ~ "' does not capture key column '" ~ key ~ "'") }}
@@ -161,10 +163,12 @@
 {%- endmacro %}
 
 {#- Declared names reach generated SQL as they are (docs/tables.md "Names"): the table's and its
-    columns' names as identifiers, capture instances, source names and topics inside string
-    literals. Refuses, naming the table and the name, what would not parse or would mean
-    something else: an identifier that is not letters, digits and underscores starting with a
-    letter (a SQL Server name like [Order Date] or o'name is aliased in the export's SELECT),
+    columns' names as identifiers, capture instances, source names, columns' source_name and
+    topics inside string literals. Refuses, naming the table and the name, what would not parse
+    or would mean something else: an identifier that is not letters, digits and underscores
+    starting with a letter (a SQL Server name like [Order Date] or o'name is the column's
+    source_name, its name a plain one), a source_name that is not a non-empty text or is two
+    columns' but for case,
     one starting with an underscore or equal to a column the package adds (commit_lsn,
     operation, valid_from ...), a Spark literal or niladic function (true, current_date ...), two
     columns equal but for case (Spark's names are case-insensitive); a quote, backslash or control
@@ -176,7 +180,7 @@
         'update_mask', 'valid_from', 'valid_from_lsn', 'valid_to', 'valid_to_lsn'] -%}
     {%- set spark = ['true', 'false', 'null', 'current_date', 'current_time', 'current_timestamp', 'current_user',
         'session_user', 'user'] -%}
-    {%- set remedy = "; name it with letters, digits and underscores (alias the SQL Server column in the export's SELECT, e.g. [Order Date] AS order_date, and in the declaration)" -%}
+    {%- set remedy = "; name it with letters, digits and underscores and give the SQL Server name as its source_name (e.g. {name: order_date, source_name: 'Order Date', ...})" -%}
     {%- if not re.fullmatch('[A-Za-z][A-Za-z0-9_]*', table_name | string) -%}
         {{ exceptions.raise_compiler_error("tracked table '" ~ table_name ~ "': a table's name names its models, so it must be letters, digits and underscores starting with a letter") }}
     {%- endif -%}
@@ -193,6 +197,16 @@
             {{ exceptions.raise_compiler_error("tracked table '" ~ table_name ~ "': two columns are named '" ~ name ~ "' but for case; Spark's names are case-insensitive" ~ remedy) }}
         {%- endif -%}
         {%- do seen.append(name | lower) -%}
+    {%- endfor -%}
+    {%- set sources = [] -%}
+    {%- for column in raw.get('columns') or [] if column is mapping and column.name is defined -%}
+        {%- set source = column.get('source_name', column.name) -%}
+        {%- if source is not string or not source or source != source | trim -%}
+            {{ exceptions.raise_compiler_error("tracked table '" ~ table_name ~ "': column '" ~ column.name ~ "': source_name must be the column's name in the exports and events, a non-empty text without leading or trailing spaces; got " ~ source) }}
+        {%- elif source | lower in sources -%}
+            {{ exceptions.raise_compiler_error("tracked table '" ~ table_name ~ "': two columns have the source name '" ~ source ~ "' but for case; the exports' and events' column names are matched without case") }}
+        {%- endif -%}
+        {%- do sources.append(source | lower) -%}
     {%- endfor -%}
     {%- set literals = [('capture_instance', raw.get('capture_instance')), ('source_database', raw.get('source_database')),
         ('source_schema', raw.get('source_schema')), ('source_table', raw.get('source_table')), ('topic', raw.get('topic'))] -%}

@@ -125,6 +125,13 @@ class ColumnDeclaration(_Open):
     name: StrictStr
     type: StrictStr
     ordinal: StrictInt | None = Field(default=None, ge=1)
+    # the column's name in the exports, CES and Debezium events when it is not a plain identifier
+    # (`Order Date`, `[desc]`); `name` is then the package's (docs/tables.md "Names")
+    source_name: StrictStr | None = Field(default=None, min_length=1)
+
+    @property
+    def source(self) -> str:
+        return self.source_name or self.name
 
 
 class InstanceDeclaration(_Open):

@@ -64,7 +64,8 @@ class Captured:
             declared["source_schema"] = self.source_schema
         if self.source_table:
             declared["source_table"] = self.source_table
-        columns = self.columns if len(self.instances) <= 1 else [{"name": c["name"], "type": c["type"]} for c in self.columns]
+        columns = self.columns if len(self.instances) <= 1 else [{k: v for k, v in c.items() if k != "ordinal"}
+                                                                 for c in self.columns]
         return {**declared, "key": self.key, "columns": columns}
 
 
@@ -155,6 +156,37 @@ def declared_instances(project_dir: Path) -> dict[str, str]:
             if table.channel == "change_tables" for instance, _ in table.instances}
 
 
+# names a declared column cannot have (macro _check_declared_names refuses them): the columns the
+# package adds to staging and the marts, and Spark's literals and niladic functions
+RESERVED = ("capture_instance", "change_lsn", "changed_columns", "command_id", "commit_lsn", "commit_time",
+            "is_current", "is_deleted", "landed_record", "operation", "operation_code", "quarantine_reason",
+            "update_mask", "valid_from", "valid_from_lsn", "valid_to", "valid_to_lsn", "true", "false", "null",
+            "current_date", "current_time", "current_timestamp", "current_user", "session_user", "user")
+
+
+def column_name(source: str, taken: set[str]) -> str:
+    """The package's name for a SQL Server column named `source`: the name itself when it is a
+    plain identifier a declaration may have (existing declarations keep their names), else its
+    snake case (letters without accents, digits and underscores: `Unit Price (EUR)` ->
+    unit_price_eur, `1st Name` -> c_1st_name, `select` stays, `operation` -> operation_value),
+    made unique among `taken` (lower case) with a number."""
+    import unicodedata
+
+    name = source
+    if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", source) or source.lower() in RESERVED:
+        spelled = source.translate(str.maketrans({"ß": "ss", "æ": "ae", "Æ": "Ae", "ø": "o", "Ø": "O", "œ": "oe",
+                                                  "Œ": "Oe", "ł": "l", "Ł": "L", "đ": "d", "Đ": "D"}))
+        ascii_text = unicodedata.normalize("NFKD", spelled).encode("ascii", "ignore").decode()
+        name = re.sub(r"[^A-Za-z0-9]+", "_", re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", ascii_text)).strip("_").lower()
+        name = name if re.match(r"[a-z]", name) else f"c_{name}".rstrip("_")
+        name = f"{name}_value" if name in RESERVED else name
+    unique, n = name, 2
+    while unique.lower() in taken:
+        unique, n = f"{name}_{n}", n + 1
+    taken.add(unique.lower())
+    return unique
+
+
 def describe(metadata: dict[str, list[dict]], keys: dict[str, list[str]], naming: Naming | None = None) -> list[Captured]:
     """The capture instances the metadata describes, sorted by name (see Naming)."""
     naming = naming or Naming()
@@ -180,6 +212,8 @@ def describe(metadata: dict[str, list[dict]], keys: dict[str, list[str]], naming
     for ci, row in sorted(instances.items()):
         name = naming(ci, row)
         captured = Captured(ci, name, row.get("source_schema"), row.get("source_table"))
+        taken: set[str] = set()
+        named: dict[str, str] = {}  # source name -> the package's
         for column in sorted(columns.get(ci, {}).values(), key=lambda c: int(c["column_ordinal"])):
             declared_type = sql_type(column)
             if declared_type is None:
@@ -187,8 +221,10 @@ def describe(metadata: dict[str, list[dict]], keys: dict[str, list[str]], naming
                     f"column {column['column_name']}: type {column.get('column_type') or column.get('data_type')!r} cannot be "
                     "declared (unsupported, or a decimal without numeric_precision and numeric_scale); left out")
                 continue
-            captured.columns.append({"name": column["column_name"], "type": declared_type,
-                                     "ordinal": int(column["column_ordinal"])})
+            source = column["column_name"]
+            named[source] = column_name(source, taken)
+            captured.columns.append({"name": named[source], **({"source_name": source} if named[source] != source else {}),
+                                     "type": declared_type, "ordinal": int(column["column_ordinal"])})
         if not captured.columns:
             captured.problems.append("no captured columns landed (export cdc.captured_columns)")
         given = keys.get(name) or keys.get(ci)
@@ -202,6 +238,7 @@ def describe(metadata: dict[str, list[dict]], keys: dict[str, list[str]], naming
         else:
             captured.problems.append("no key: export cdc.index_columns (or index_column_list) or pass --key "
                                      f"{name}=column[,column]")
+        captured.key = [named.get(k, k) for k in captured.key]
         unknown = [k for k in captured.key if k not in {c["name"] for c in captured.columns}]
         if unknown:
             captured.problems.append(f"key column(s) {', '.join(unknown)} are not among its declared columns")
@@ -235,7 +272,7 @@ def _one_per_table(described: list[Captured], rows: dict[str, dict]) -> list[Cap
         typed = {c["name"]: c["type"] for older in group for c in older.columns}  # the newest wins
         for older in group:
             merged.problems += [f"{older.capture_instance}: {p}" for p in older.problems if not p.startswith("no key")]
-            merged.columns += [{"name": c["name"], "type": typed[c["name"]], "ordinal": len(merged.columns) + 1}
+            merged.columns += [{**c, "type": typed[c["name"]], "ordinal": len(merged.columns) + 1}
                                for c in older.columns if c["name"] not in {m["name"] for m in merged.columns}]
             merged.instances += older.instances
         if not merged.key:

@@ -12,13 +12,14 @@ from runner.project.config import tracked_table_declarations
 
 def exported_columns(project_dir: Path) -> dict[str, list[str]]:
     """Per landing folder of a declared capture instance (`change_tables/<instance>`, lower case),
-    the captured columns its exports must carry (lower case): the instance's `columns`, or the
-    table's declared columns when it has one capture instance."""
+    the captured columns its exports must carry by their source names (lower case): the
+    instance's `columns`, or the table's declared columns when it has one capture instance."""
     expected = {}
     for table in tracked_table_declarations(project_dir).values():
         if table.channel == "change_tables":
+            source = {c.name.lower(): c.source for c in table.columns}
             for instance, columns in table.instances:
-                expected[f"change_tables/{instance.lower()}"] = [c.lower() for c in columns or (
+                expected[f"change_tables/{instance.lower()}"] = [source.get(c.lower(), c).lower() for c in columns or (
                     c.name for c in table.columns)]
     return expected
 

@@ -8,8 +8,8 @@ declared as (
     {%- for name, table in var('cdc_tracked_tables', {}).items() if table.get('channel') == 'change_tables' %}
     {%- for instance in sqlserver_cdc.tracked_table(name).instances %}
     {%- for column in instance.columns %}
-    {%- do rows.append("select '" ~ instance.name | lower ~ "' as capture_instance, '"
-        ~ column.name | lower ~ "' as column_name, " ~ column.ordinal ~ " as declared_ordinal") %}
+    {%- do rows.append("select '" ~ instance.name | lower ~ "' as capture_instance, "
+        ~ sqlserver_cdc._sql_string(column.source | lower) ~ " as column_name, " ~ column.ordinal ~ " as declared_ordinal") %}
     {%- endfor %}
     {%- endfor %}
     {%- endfor %}

@@ -173,5 +173,5 @@ def test_a_declaration_dbt_refuses_stops_the_run_before_spark_with_dbts_whole_me
     last = result.stdout.strip().splitlines()[-1]
     assert "FAILED: the project does not parse (dbt parse): Compilation Error in model employees_" in last, last
     assert ("tracked table 'employees': column name '[desc]' is not a plain identifier; name it with letters, digits "
-            "and underscores (alias the SQL Server column in the export's SELECT") in last, last
+            "and underscores and give the SQL Server name as its source_name") in last, last
     assert "> in macro" not in last

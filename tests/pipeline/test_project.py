@@ -104,11 +104,13 @@ def test_a_declaration_mistake_is_an_error_naming_the_table_and_the_field():
 @pytest.mark.parametrize(("change", "message"), [
     ({"column": "[desc]"}, "column name '\\[desc\\]' is not a plain identifier; name it with letters, digits and underscores"),
     ({"column": "o'name"}, "column name 'o'name' is not a plain identifier"),
-    ({"column": "Order Date"}, "column name 'Order Date' is not a plain identifier.*\\[Order Date\\] AS order_date"),
+    ({"column": "Order Date"}, "column name 'Order Date' is not a plain identifier.*source_name: 'Order Date'"),
     ({"column": "operation"}, "column name 'operation' is one the package adds to staging and the marts"),
     ({"column": "_batch_id"}, "column name '_batch_id' is one the package adds"),
     ({"column": "current_date"}, "column name 'current_date' is a Spark SQL literal or function"),
     ({"column": "EMAIL"}, "two columns are named 'EMAIL' but for case"),
+    ({"source_name": " Notes"}, "column 'extra': source_name must be the column's name in the exports and events, a non-empty"),
+    ({"source_name": "E-Mail", "and": "e-mail"}, "two columns have the source name 'e-mail' but for case"),
     ({"capture_instance": "dbo_o'name"}, "capture_instance 'dbo_o'name' holds a quote, backslash or control character"),
     ({"capture_instance": "dbo\\x"}, "capture_instance 'dbo.*x' holds a quote"),
 ])
@@ -119,6 +121,9 @@ def test_a_declared_name_that_generated_sql_cannot_carry_is_refused_naming_it(ch
     table = dict(declared["customers"])
     if "column" in change:
         table["columns"] = [*table["columns"], {"name": change["column"], "type": "int", "ordinal": 99}]
+    elif "source_name" in change:  # a column's name in the exports: any text, but a blank edge or two alike
+        table["columns"] = [*table["columns"], {"name": "extra", "source_name": change["source_name"], "type": "int", "ordinal": 98},
+                            *([{"name": "extra2", "source_name": change["and"], "type": "int", "ordinal": 99}] if "and" in change else [])]
     else:
         table.update(change)
     with pytest.raises(AssertionError, match=f"tracked table 'customers': {message}"):
