@@ -484,15 +484,16 @@ def _serve(args, target, held: RunnerLock, kafka_sources: list, progress) -> int
 
     folder, _ = start_spark(args, target, held, progress, kafka_sources)
     resident = Resident(args, target, held, folder, kafka_sources, progress)
-    if not kafka_sources:
-        return serve(args, progress, resident.listing, resident.run, resident.alive)
-    from pyspark.sql import SparkSession
+    watch = None
+    if kafka_sources:  # a run also starts as soon as a source's end offsets move
+        from pyspark.sql import SparkSession
 
-    watch = kafka.EndOffsets(SparkSession.getActiveSession(), kafka_sources)
+        watch = kafka.EndOffsets(SparkSession.getActiveSession(), kafka_sources)
     try:
-        return serve(args, progress, resident.listing, resident.run, resident.alive, offsets=watch.poll)
+        return serve(args, progress, resident.listing, resident.run, resident.alive, offsets=watch and watch.poll)
     finally:
-        watch.close()
+        if watch:
+            watch.close()
 
 
 def last_run_record(args, target, held: RunnerLock, reads_kafka: bool) -> LastRun | None:
