@@ -178,6 +178,8 @@ class Facts:
     # missing or the checksum it was loaded with (its watermark's declaration) differs
     seeds: dict[str, Seed] = field(default_factory=dict)
     refused: tuple[str, ...] = ()
+    # the refused files refused for another's sake (a manifest for its file, a file for its manifest)
+    refused_for_another: tuple[str, ...] = ()
     waiting: tuple[dict, ...] = ()  # files that wait: {file, reason, wait} (runner/sources/landing.py WAITS)
     ignored: tuple[str, ...] = ()  # "<file>: <columns> not declared ..." per file landed with extra columns
     # per change-table table, the smallest commit LSN of its staged changes whose lsn_time_mapping
@@ -604,7 +606,7 @@ def _plan_marts(t: Table, plan: TablePlan, facts: Facts, landed: dict[str, Lande
             # checked whenever the marts would move, changes landed or not: cleanup may have
             # removed changes that were never exported
             plan.gap = _gap(t, lowest, facts.instance_min_lsn)
-        plan.gap = plan.gap or _held(t, facts.refused)
+        plan.gap = plan.gap or _held(t, facts.refused, facts.refused_for_another)
         plan.waits = None if plan.gap or rebuild else _still_written(t, unsettled)
         plan.apply = plan.apply and plan.gap is None and plan.waits is None
         return
@@ -666,18 +668,14 @@ def _gap(t: Table, lower: str, min_lsn: dict[str, str]) -> str | None:
             "reconciles the marts and keeps their history")
 
 
-# the reasons of files refused for another's sake (runner/sources/landing.py REFUSED_FILE,
-# REFUSED_MANIFEST): a manifest for a file it lists, a file for its manifest
-FOR_ANOTHER = ("export manifest: its file ", "its export manifest ")
-
-
-def _held(t: Table, refused: tuple[str, ...]) -> str | None:
+def _held(t: Table, refused: tuple[str, ...], for_another: tuple[str, ...] = ()) -> str | None:
     """Why a change-table table waits for a refused export of one of its capture instances
     (`refused`: "<path>: <reason>" per refused file): were its marts to move past the LSNs the
     file holds, its changes would never be applied once a whole copy lands. Names a file refused
-    for its own reason (its REFUSED line says the remedy), before those refused for its sake."""
+    for its own reason (its REFUSED line says the remedy), before those refused for another's
+    sake (`for_another`: a manifest for its file, a file for its manifest)."""
     folders = {f"change_tables/{i}" for i, _ in t.instances}
-    mine = sorted((reason.startswith(FOR_ANOTHER), path) for path, _, reason in (r.partition(": ") for r in refused)
+    mine = sorted((path in for_another, path) for path, _, _ in (r.partition(": ") for r in refused)
                   if "/".join(path.lower().split("/")[:2]) in folders)
     if not mine:
         return None
@@ -839,7 +837,7 @@ def _previous(row: dict, landed) -> PreviousRun:
 
 # the facts the runner decides itself, before begin_run: what of the landing folder lands
 # (runner/sources/landing.py Intake.facts)
-INTAKE_FACTS = ("refused", "waiting", "ignored")
+INTAKE_FACTS = ("refused", "refused_for_another", "waiting", "ignored")
 # the facts read from begin_run's event_arrivals (see event_arrivals), which it reports instead
 EVENT_FACTS = ("ces_unrouted", "debezium_snapshot_end")
 
@@ -916,6 +914,7 @@ def facts_from_report(report: dict, intake: dict | None = None) -> Facts:
         views_digest=report.get("views_digest", ""),
         seeds={name: Seed(v["relation"].lower(), v["checksum"]) for name, v in (report.get("seeds") or {}).items()},
         refused=tuple(report.get("refused") or ()),
+        refused_for_another=tuple(report.get("refused_for_another") or ()),
         waiting=tuple(report.get("waiting") or ()),
         ignored=tuple(report.get("ignored") or ()),
         late_commit_times={k.lower(): v for k, v in (report.get("late_commit_times") or {}).items() if v},

@@ -352,14 +352,16 @@ def _apply_manifest(folder: Folder, manifest: dict, entries: dict[str, dict], li
             continue
         if item.get("bytes") is not None and item["bytes"] != entry["size"]:
             entry.setdefault("refused", f"{entry['size']} bytes, but its export manifest says {item['bytes']}: it was cut short")
-        if "refused" in entry:
-            manifest.setdefault("refused", f"its file {item['path']} is refused: {entry['refused']}")
+        if "refused" in entry and "refused" not in manifest:
+            manifest.update(refused=f"its file {item['path']} is refused: {entry['refused']}", refused_for=relative)
     manifest["files"] = [relative for relative, _ in files]
     manifest["rows_by_file"] = {relative: item["rows"] for relative, item in files}
     for relative, _ in files:
         if relative in entries:
             if "refused" in manifest:
-                entries[relative].setdefault("refused", f"its export manifest {manifest['relative']} is refused: {manifest['refused']}")
+                if "refused" not in entries[relative]:
+                    entries[relative].update(refused=f"its export manifest {manifest['relative']} is refused: "
+                                                     f"{manifest['refused']}", refused_for=manifest["relative"])
             elif "waiting" in manifest:
                 entries[relative]["waiting"] = f"its export manifest {manifest['relative']} {manifest['waiting']}"
                 entries[relative]["wait"] = "incomplete"
@@ -402,8 +404,8 @@ CHANGED = ("changed since it was landed (landed: {0} bytes modified at {1} ms; n
            "once. Then remove this one")
 # the remedy of a file refused as incomplete: it never landed, so its name is free
 REPLACE = "Replace it with a whole copy under the same name; it lands with the next run"
-# a file refused for another's sake (check_probed): a manifest for a file it lists, a file for its
-# manifest; runner/run/plan.py _held names the file refused for its own reason instead
+# why a file is refused for another's sake (check_probed, recorded in Intake.for_another): a
+# manifest for a file it lists, a file for its manifest
 REFUSED_FILE = "export manifest: its file {0} is refused"
 REFUSED_MANIFEST = "its export manifest {0} is refused: {1}"
 # SQL Server's metadata columns an export may carry besides the captured ones (check_probed)
@@ -414,16 +416,20 @@ METADATA_COLUMNS = ("__$start_lsn", "__$end_lsn", "__$seqval", "__$operation", "
 class Intake:
     """What of the landing folder lands in a run (intake): `accepted`, the entries to land (the
     macro land_files takes them; a CSV or Parquet file with its `columns` [[name, type]]);
-    `refused`, file -> why it must not land; `waiting`, [{file, reason, wait}] (see WAITS);
-    `ignored`, "<file>: ..." per export with columns not declared for its capture instance."""
+    `refused`, file -> why it must not land; `for_another`, file -> the file it is refused for
+    (a manifest for a file it lists, a file for its manifest: runner/run/plan.py names the file
+    refused for its own reason first); `waiting`, [{file, reason, wait}] (see WAITS); `ignored`,
+    "<file>: ..." per export with columns not declared for its capture instance."""
     accepted: list[dict] = field(default_factory=list)
     refused: dict[str, str] = field(default_factory=dict)
+    for_another: dict[str, str] = field(default_factory=dict)
     waiting: list[dict] = field(default_factory=list)
     ignored: list[str] = field(default_factory=list)
 
     def facts(self) -> dict[str, object]:
         """The run's facts about its landing (runner/run/plan.py Facts refused, waiting, ignored)."""
         return {"refused": [f"{file}: {reason}" for file, reason in sorted(self.refused.items())],
+                "refused_for_another": sorted(self.for_another),
                 "waiting": sorted(self.waiting, key=lambda w: w["file"]), "ignored": sorted(self.ignored)}
 
 
@@ -440,6 +446,8 @@ def screen(files: list[dict], landed: dict[str, list[int]]) -> Intake:
                 intake.refused[relative] = CHANGED.format(seen[0], seen[1], f["size"], f["modified_ms"])
         elif f.get("refused"):
             intake.refused[relative] = f["refused"]
+            if f.get("refused_for"):
+                intake.for_another[relative] = f["refused_for"]
         elif f.get("waiting"):
             intake.waiting.append({"file": relative, "reason": f["waiting"], "wait": f.get("wait", "")})
         else:
@@ -505,12 +513,14 @@ def check_probed(intake: Intake, probed: dict[str, dict]) -> None:
             if relative not in refused and found != expected:
                 refused[relative] = (f"{found} rows, but its export manifest {m['relative']} says {expected}: it was cut "
                                      f"short or is not the exported file. {REPLACE}")
-            if relative in refused:
-                refused.setdefault(m["relative"], REFUSED_FILE.format(relative))
+            if relative in refused and m["relative"] not in refused:
+                refused[m["relative"]] = REFUSED_FILE.format(relative)
+                intake.for_another[m["relative"]] = relative
         if m["relative"] in refused:
             for relative in m["files"]:
-                if any(f["relative"] == relative for f in intake.accepted):
-                    refused.setdefault(relative, REFUSED_MANIFEST.format(m["relative"], refused[m["relative"]]))
+                if relative not in refused and any(f["relative"] == relative for f in intake.accepted):
+                    refused[relative] = REFUSED_MANIFEST.format(m["relative"], refused[m["relative"]])
+                    intake.for_another[relative] = m["relative"]
     intake.accepted = [f for f in intake.accepted if f["relative"] not in refused]
 
 

@@ -260,9 +260,13 @@ def test_the_intake_skips_landed_files_refuses_changed_ones_and_keeps_files_to_l
              _entry("change_tables/t/wet.csv", waiting="still being written", wait="unsettled")]
     landed = {"change_tables/t/same.csv": [10, 1000], "change_tables/t/grown.csv": [10, 1000]}
 
+    files.append(_entry("change_tables/t/m.manifest.json", "manifest", refused="its file cut.csv is refused: cut short",
+                        refused_for="change_tables/t/cut.csv"))
     taken = landing.screen(files, landed)
 
     assert [f["relative"] for f in taken.accepted] == ["change_tables/t/new.csv"]
+    # files_to_land's mark of a file refused for another's sake is kept
+    assert taken.for_another == {"change_tables/t/m.manifest.json": "change_tables/t/cut.csv"}
     assert taken.refused["change_tables/t/cut.csv"] == "cut short"
     assert taken.refused["change_tables/t/grown.csv"].startswith(
         "changed since it was landed (landed: 10 bytes modified at 1000 ms; now: 11 bytes modified at 1000 ms)")
@@ -310,6 +314,10 @@ def test_the_intake_checks_manifests_and_declared_columns_against_what_the_probe
     assert short.refused["change_tables/t/m.manifest.json"] == "export manifest: its file change_tables/t/b.parquet is refused"
     assert short.refused["change_tables/t/a.csv"] == ("its export manifest change_tables/t/m.manifest.json is refused: "
                                                       "export manifest: its file change_tables/t/b.parquet is refused")
+    # the two refused for another's sake are told apart from the one refused for its own reason
+    assert short.for_another == {"change_tables/t/m.manifest.json": "change_tables/t/b.parquet",
+                                 "change_tables/t/a.csv": "change_tables/t/m.manifest.json"}
+    assert short.facts()["refused_for_another"] == ["change_tables/t/a.csv", "change_tables/t/m.manifest.json"]
     # an LSN that does not parse refuses the manifest and its files
     bad = copy.deepcopy(taken)
     landing.check_probed(bad, {**copy.deepcopy(probed), "lsns": {"0x0000002C00000300017C": None}})
@@ -372,3 +380,18 @@ def test_nothing_a_writer_leaves_uncommitted_lands_in_any_folder_layout(tmp_path
                      ("ces", "hub", "ces/hub/part-00000.json"),
                      ("change_tables", "_legacy_things", "change_tables/_legacy_things/e1.csv"),
                      ("change_tables", "dbo_things", "change_tables/dbo_things/2026/11/e2.csv")}
+
+
+def test_a_manifest_and_the_file_refused_for_each_others_sake_name_it(tmp_path):
+    folder = tmp_path / "change_tables" / "dbo_t"
+    folder.mkdir(parents=True)
+    (folder / "e1.csv").write_text("a\n1\n")
+    (folder / "e2.csv").write_text("a\n1\n")
+    (folder / "m.manifest.json").write_text(
+        '{"capture_instance": "dbo_t", "through_lsn": "0x0000002C000003000010", "files": '
+        '[{"path": "e1.csv", "rows": 1, "bytes": 99}, {"path": "e2.csv", "rows": 1}]}')
+    entries = {e["relative"]: e for e in landing.files_to_land(tmp_path, settled=landing.listing(tmp_path))}
+    e1, e2, m = (f"change_tables/dbo_t/{n}" for n in ("e1.csv", "e2.csv", "m.manifest.json"))
+    assert entries[e1]["refused"].startswith("4 bytes, but its export manifest says 99") and "refused_for" not in entries[e1]
+    assert entries[m]["refused_for"] == e1 and entries[e2]["refused_for"] == m
+    assert landing.screen(list(entries.values()), {}).for_another == {m: e1, e2: m}

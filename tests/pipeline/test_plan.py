@@ -369,7 +369,7 @@ def test_a_refused_export_holds_its_tables_marts_until_a_whole_copy_lands_or_it_
     refused = (f"{ok}: {landing.REFUSED_MANIFEST.format(manifest, landing.REFUSED_FILE.format(renamed))}",
                f"{manifest}: {landing.REFUSED_FILE.format(renamed)}", own)
     p = plan_run(facts(arrived=arrived(cdc_metadata__lsn_time_mapping=(11, 20), change_tables__dbo_customers=(11, 19)),
-                       refused=refused))
+                       refused=refused, refused_for_another=(ok, manifest)))
     assert p.tables["customers"].gap.startswith(f"tracked table customers waits: {renamed} (and 2 more) was refused")
 
 
