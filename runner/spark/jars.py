@@ -7,9 +7,12 @@ needs no network.
 
 Delta's coordinates are the ones Delta's own Python package asks Spark for
 (`delta.configure_spark_with_delta_pip`: `io.delta:delta-spark_<spark major.minor>_2.13:<version>`);
-Spark's own resolver (Ivy, `spark-submit --packages`) fetches them and their dependencies into
-`<jar folder>/ivy` during `python -m runner.spark.jars` (run by `make` at install, or by the first
-session that finds the folder empty), and the jars are copied flat into the jar folder. The
+Spark's own resolver (Ivy, `spark-submit --packages`) fetches them and their dependencies during
+`python -m runner.spark.jars` (run by `make` at install, or by the first session that finds the
+folder empty) into Ivy's cache, a user-level download cache like pip's and Maven's
+(`$SQLSERVER_CDC_IVY_HOME`, else `$XDG_CACHE_HOME/sqlserver_cdc/ivy`, else
+`~/.cache/sqlserver_cdc/ivy`: a second checkout on the machine resolves from it without
+downloading), and the jars that resolution names are copied flat into the jar folder. The
 runner's sessions then name them one by one (`spark.jars`, which also ships them to a cluster's
 executors), never a remote package. Delta's own jars are also linked into `<jar folder>/driver/`,
 the folder the profile puts on a plain dbt session's classpath (`spark.driver.extraClassPath:
@@ -27,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from urllib.parse import urlparse
 
 from runner.errors import InfrastructureError
 
@@ -34,6 +38,16 @@ MARKER = ".resolved"
 
 
 RUNNER_HOME = Path(__file__).resolve().parents[2]  # the checkout the runner is installed from
+
+
+def ivy_home() -> Path:
+    """Ivy's home for the resolutions (its download cache): SQLSERVER_CDC_IVY_HOME, else
+    sqlserver_cdc/ivy in the user's cache folder (XDG_CACHE_HOME, else ~/.cache)."""
+    configured = os.environ.get("SQLSERVER_CDC_IVY_HOME")
+    if configured:
+        return Path(configured).expanduser().resolve()
+    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(cache) / "sqlserver_cdc" / "ivy"
 
 
 def jars_dir() -> Path:
@@ -176,34 +190,37 @@ def _ensure(folder: Path, packages: str, quiet: bool, excludes: tuple[str, ...] 
     if resolved(folder, packages):
         return folder
     folder.mkdir(parents=True, exist_ok=True)
-    ivy = folder / "ivy"
     from pyspark.find_spark_home import _find_spark_home
 
     submit = Path(_find_spark_home()) / "bin" / "spark-submit"
     with tempfile.TemporaryDirectory() as tmp:
+        # the application prints the jars spark-submit resolved for it (Ivy's retrieve folder
+        # also holds every earlier resolution's)
+        names = Path(tmp) / "jars.txt"
         noop = Path(tmp) / "noop.py"
-        noop.write_text("")
+        noop.write_text("import sys\nfrom pyspark import SparkContext\nSparkContext._ensure_initialized()\n"
+                        "open(sys.argv[1], 'w').write(SparkContext._jvm.System.getProperty('spark.jars') or '')\n")
         command = [str(submit), "--master", "local[1]", "--packages", packages,
                    *(["--conf", f"spark.jars.excludes={','.join(excludes)}"] if excludes else []),
-                   "--conf", f"spark.jars.ivy={ivy}", "--conf", "spark.ui.enabled=false", str(noop)]
+                   "--conf", f"spark.jars.ivy={ivy_home()}", "--conf", "spark.ui.enabled=false", str(noop), str(names)]
         env = {**os.environ, "SPARK_LOCAL_IP": os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"),
                "PYSPARK_PYTHON": sys.executable}
         done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
-    fetched = sorted((ivy / "jars").glob("*.jar")) if (ivy / "jars").is_dir() else []
-    if done.returncode != 0 or not fetched:
+        listed = names.read_text().split(",") if names.exists() else []
+    fetched = sorted((Path(urlparse(j).path) for j in listed if j.endswith(".jar")), key=lambda j: j.name)
+    if done.returncode != 0 or not fetched or not all(j.is_file() for j in fetched):
         tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-5:])
         raise InfrastructureError(
             f"could not fetch {packages} from Maven Central: {tail or 'no jar resolved'}")
     for old in folder.glob("*.jar"):
         old.unlink()
-    for jar in fetched:
+    for jar in fetched:  # the flat copy is what sessions load
         shutil.copy2(jar, folder / jar.name)
-    shutil.rmtree(ivy, ignore_errors=True)  # the flat copy is what sessions load
     (folder / MARKER).write_text(packages + "\n")
     if not quiet:
         size = sum((folder / j.name).stat().st_size for j in fetched)
-        print(f"fetched {packages} and its dependencies from Maven Central: {len(fetched)} jars, "
-              f"{size / 2**20:.1f} MiB, in {folder}")
+        print(f"resolved {packages} and its dependencies (Maven Central, downloads cached in {ivy_home()}): "
+              f"{len(fetched)} jars, {size / 2**20:.1f} MiB, in {folder}")
     return folder
 
 

@@ -263,3 +263,14 @@ def test_tables_are_removed_and_declared_in_place_keeping_every_other_line(tmp_p
     expected = original.replace(blocks["customers"], "").replace(blocks["order_lines"], "")
     expected = expected.replace(blocks["products"], blocks["products"] + mine)
     assert (project / "dbt_project.yml").read_text() == expected
+
+
+def test_the_names_scaffold_avoids_are_the_names_a_declaration_is_refused():
+    """scaffold.RESERVED is what macro _check_declared_names refuses (its `added` and `spark`
+    lists): a name scaffold proposes is never one the declaration's check refuses, and a name it
+    renames is one the check would refuse."""
+    macro = (PROJECT_DIR / "macros" / "tracked" / "tracked_table.sql").read_text()
+    body = macro[macro.index("macro _check_declared_names"):]
+    lists = {name: re.findall(r"'([a-z_]+)'", re.search(rf"set {name} = \[(.*?)\]", body, re.DOTALL).group(1))
+             for name in ("added", "spark")}
+    assert sorted(scaffold.RESERVED) == sorted(lists["added"] + lists["spark"])
