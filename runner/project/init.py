@@ -13,6 +13,7 @@ from runner.errors import UsageError
 from runner.project.config import tracked_table_declarations
 from runner.project.tables import model_files, write_model_files
 from runner.project.yaml_edit import _delete_key, edit_yaml
+from runner.spark import jars as jars_module
 
 
 def remove_tables(project_dir: Path, names: list[str]) -> list[str]:
@@ -67,7 +68,8 @@ def _drop_model_properties(project_dir: Path, models: set[str]) -> list[str]:
     return removed
 
 
-_NOT_COPIED = {".venv", ".state", "landing", "target", "logs", "tests", ".git", "bench"}
+_NOT_COPIED = {".venv", ".state", "landing", "landing-kafka", "target", "logs", "tests", ".git", "bench", ".cluster",
+               ".kafka", ".hdfs", "metastore_db", "spark-warehouse", "derby.log"}
 
 
 def copy_project(source: Path, destination: Path, tables: dict[str, dict], replace: bool = False,
@@ -82,7 +84,11 @@ def copy_project(source: Path, destination: Path, tables: dict[str, dict], repla
 
     def ignore(folder: str, names: list[str]) -> list[str]:
         top = Path(folder) == source
-        return [n for n in names if (top and n in _NOT_COPIED) or n.endswith(".egg-info") or n == "__pycache__"]
+        # of the jar folder only what a plain dbt session in the copy loads (the profile's
+        # .jars/driver); the runner loads the jars of its own checkout
+        jars = Path(folder) == source / ".jars"
+        return [n for n in names if (top and n in _NOT_COPIED) or (jars and n != jars_module.DRIVER)
+                or n.endswith(".egg-info") or n == "__pycache__"]
 
     shutil.copytree(source, destination, ignore=ignore)
     declared = list(tracked_table_declarations(destination))
