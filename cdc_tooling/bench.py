@@ -943,17 +943,22 @@ def resident_phases(spark, cfg: BenchConfig, project: Path, landing: Path, table
 
         first = next(iter(tables))
         progress.step(f"bench: resident: soak, {cfg.soak_runs} runs of 1 change on table {first} ...")
-        started_at, measured = time.perf_counter(), {}
+        started_at, measured, histograms = time.perf_counter(), {}, {}
         for i in range(1, cfg.soak_runs + 1):
             arrive({first: tables[first]}, 1)
             applied(resident.run(resident.listing()), 1)
             if i in (SOAK_FIRST, cfg.soak_runs):
                 measured[i] = _resources(spark)
+                histograms[i] = _class_histogram(spark)
                 progress.step(f"bench: resident: soak at run {i}: {measured[i]}")
         phases.append(Phase(f"resident: soak, {cfg.soak_runs} runs of 1 change", time.perf_counter() - started_at,
                             cfg.soak_runs, f"resources at run {SOAK_FIRST} and {cfg.soak_runs} (see soak)"))
+        grew = heap_growth(histograms[SOAK_FIRST], histograms[cfg.soak_runs])
+        for name, first_bytes, last_bytes in grew:
+            progress.step(f"bench: resident: soak: {name} {first_bytes / 2**20:.1f} -> {last_bytes / 2**20:.1f} MiB")
         soak.update({"runs": cfg.soak_runs, "at": [SOAK_FIRST, cfg.soak_runs],
-                     **{name: [measured[SOAK_FIRST][name], measured[cfg.soak_runs][name]] for name in measured[SOAK_FIRST]}})
+                     **{name: [measured[SOAK_FIRST][name], measured[cfg.soak_runs][name]] for name in measured[SOAK_FIRST]},
+                     "grew": [list(g) for g in grew]})
     return phases
 
 
@@ -969,7 +974,9 @@ def _median(progress, label: str, rows: int, repeats: int, before, action, note=
 
 def _resources(spark) -> dict[str, int]:
     """The driver JVM's heap in use after a full GC (MiB), and the resident memory (MiB), open
-    files and threads of this process and its descendants (the JVM)."""
+    files and threads of this process and its descendants (the JVM); and two of the heap's
+    holders: cached datasets (Delta's table states among them, MiB) and the SQL executions
+    Spark's status store keeps (`spark.sql.ui.retainedExecutions`, UI or not)."""
     jvm = spark._jvm
     jvm.java.lang.System.gc()
     heap = jvm.java.lang.management.ManagementFactory.getMemoryMXBean().getHeapMemoryUsage().getUsed()
@@ -981,8 +988,39 @@ def _resources(spark) -> dict[str, int]:
             threads += len(os.listdir(f"/proc/{pid}/task"))
         except OSError:
             pass
+    cached = sum(info.memSize() for info in spark._jsc.sc().getRDDStorageInfo())
+    executions = spark._jsparkSession.sharedState().statusStore().executionsCount()
     return {"heap_mib": round(heap / 2**20), "rss_mib": round(sum(PeakMemory._rss(p) for p in pids) / 2**20),
-            "open_files": files, "threads": threads}
+            "open_files": files, "threads": threads, "cached_mib": round(cached / 2**20, 1),
+            "sql_executions_kept": executions}
+
+
+def _class_histogram(spark) -> str:
+    """The driver JVM's live objects by class (`jcmd <pid> GC.class_histogram`, after a full GC;
+    '' where the JDK has no jcmd)."""
+    pid = spark._jvm.java.lang.ProcessHandle.current().pid()
+    jcmd = shutil.which("jcmd")
+    if not jcmd:
+        return ""
+    return subprocess.run([jcmd, str(pid), "GC.class_histogram"], capture_output=True, text=True, check=False).stdout
+
+
+def heap_growth(first: str, last: str, top: int = 12) -> list[tuple[str, int, int]]:
+    """The classes whose live instances grew most in bytes between two class histograms (jcmd's
+    `num: #instances #bytes class name (module)` lines): (class, bytes at first, bytes at last),
+    the largest growth first."""
+    def parse(text: str) -> dict[str, int]:
+        sizes = {}
+        for line in text.splitlines():
+            parts = line.split()
+            if len(parts) >= 4 and parts[0].endswith(":") and parts[1].isdigit() and parts[2].isdigit():
+                sizes[parts[3]] = sizes.get(parts[3], 0) + int(parts[2])
+        return sizes
+
+    a, b = parse(first), parse(last)
+    growth = sorted(((name, a.get(name, 0), size) for name, size in b.items() if size > a.get(name, 0)),
+                    key=lambda g: g[1] - g[2])
+    return growth[:top]
 
 
 def _report(cfg: BenchConfig, phases: list[Phase], peak: int, changes: int, keys: int, batch: int,

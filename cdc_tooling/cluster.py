@@ -54,7 +54,7 @@ SQL_CONF = {
     "spark.sql.shuffle.partitions": "4",
     "spark.sql.constraintPropagation.enabled": "false",
     # as in profiles.yml: keep the compiled classes of the statements the server runs again
-    "spark.sql.codegen.cache.maxEntries": "5000",
+    "spark.sql.codegen.cache.maxEntries": "1500",
 }
 # as in profiles.yml: the JVM interprets methods over 8,000 bytes of bytecode unless told to compile
 # them, and Spark's generated code for the staging and mart plans is such a method

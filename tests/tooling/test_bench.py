@@ -17,6 +17,7 @@ from cdc_tooling.bench import (
     _report,
     declarations,
     event_folder,
+    heap_growth,
     reference_marts,
     specs,
     write_event_workload,
@@ -243,3 +244,21 @@ def test_a_repeated_phase_is_the_median_of_its_runs_each_after_its_untimed_prepa
     assert (phase.phase, phase.seconds, phase.rows) == ("x", 3.0, 7)
     assert phase.note == "median of 3: 5.0, 1.0, 3.0; note"
     assert [e for e in events if e in ("before", "run")] == ["before", "run"] * 3
+
+
+def test_the_soak_names_the_classes_whose_live_objects_grew():
+    """heap_growth reads two of jcmd's class histograms and names the classes that grew, most first."""
+    first = """1234:
+ num     #instances         #bytes  class name (module)
+-------------------------------------------------------
+   1:         10000        4000000  [B (java.base@17.0.15)
+   2:          5000         800000  java.lang.String (java.base@17.0.15)
+   3:           100          40000  org.apache.spark.sql.execution.ui.SQLExecutionUIData
+Total         15100        4840000
+"""
+    last = first.replace("4000000", "3900000").replace("800000", "900000").replace(
+        "40000  org", "400000  org") + "   4:            10           1000  org.example.New\n"
+    assert heap_growth(first, last) == [
+        ("org.apache.spark.sql.execution.ui.SQLExecutionUIData", 40000, 400000),
+        ("java.lang.String", 800000, 900000), ("org.example.New", 0, 1000)]
+    assert heap_growth(first, first) == [] and heap_growth("", "") == []
