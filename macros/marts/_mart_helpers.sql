@@ -244,3 +244,18 @@
 -- depends_on: {{ ref(t.name ~ '_history') }}
 {%- endif %}
 {%- endmacro %}
+
+{#- The checks of the rows a mart build writes, folded into its statement (docs/operations.md
+    "Checks: batch and audit"): a predicate that is true for a good row and, for a row that breaks
+    one of `rules` ({label: SQL condition over the row}), fails the statement with
+    "cdc check failed: <table> <mart>: <label>: <the row's `columns` as JSON>", so nothing of the
+    build is committed (a MERGE is one commit). Costs no scan: the rules read the row only. -#}
+{% macro _mart_guard(t, mart, rules, columns) -%}
+    (case
+        {%- for label, rule in rules.items() %}
+        when {{ rule }} then raise_error(concat('cdc check failed: {{ t.name }} {{ mart }}: {{ label }}: ',
+            to_json(struct({{ columns | join(', ') }})), '. Nothing of this build was written; the staged rows of the window are the cause: see docs/operations.md "Checks: batch and audit"'))
+        {%- endfor %}
+        else true
+    end)
+{%- endmacro %}

@@ -66,6 +66,12 @@ final as (
         operation_code = 1 as is_deleted
     from ranked
     where _rank = 1
+        -- one row per key by construction (_rank); the rest of the current state's checks
+        and {{ sqlserver_cdc._mart_guard(t, 'current state', {
+            'key has a NULL part': sqlserver_cdc._any_null(t.key),
+            'commit_lsn NULL': 'operation_code is not null and commit_lsn is null',
+            'operation not insert, update, delete or snapshot': 'operation_code not in (1, 2, 4, 5)'},
+            t.key + ['commit_lsn']) }}
     {%- if window.full %}
         -- built from scratch: a removal marker has nothing to remove
         and operation_code is not null

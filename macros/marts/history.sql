@@ -127,8 +127,12 @@ recomputed as (
         changed_columns,
         is_deleted
     from validity
+    where {{ sqlserver_cdc._mart_guard(t, 'history', {
+            'key or valid_from_lsn has a NULL part': sqlserver_cdc._any_null(t.key + ['valid_from_lsn']),
+            'key and valid_from_lsn duplicated': 'valid_to_lsn = valid_from_lsn'},
+            t.key + ['valid_from_lsn']) }}
     {%- if not t.history_delete_versions %}
-    where not is_deleted
+        and not is_deleted
     {%- endif %}
 ),
 

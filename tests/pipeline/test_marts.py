@@ -105,6 +105,54 @@ def test_gap_stops_the_run_naming_table_range_and_remedy(pipeline):
                          "where model_name = 'customers_current'") == rows
 
 
+@pytest.mark.scenario
+def test_a_mart_build_refuses_a_row_that_breaks_a_check_and_writes_nothing(pipeline):
+    """An incremental run checks what its MERGEs write inside them (_mart_guard; its batch check
+    query reads staging only): a trusted staged row with a NULL key in the window (injected past
+    staging's validation, which quarantines such rows) fails the history build naming the table,
+    the check and the row, nothing of that mart is written and its watermark holds; with the row
+    gone, the next run applies the window."""
+    sim = Simulator(TABLES, seed=53)
+    first = sim.run(10)
+    _land(pipeline, sim, first, "b1", first=True)
+    pipeline.run()
+    later = sim.run(6)
+    assert any(tx.changes.get("customers") for tx in later)
+    _land(pipeline, sim, later, "b2")
+    staged = f"{pipeline.schema}.stg_change_tables__customers"
+    sample = pipeline.spark.table(staged).where("quarantine_reason is null").limit(1)
+    assert len(sample.collect()[0]["commit_lsn"]) == 20  # the staged LSN form: 20 hex digits
+    lsn = f"{later[-1].commit_lsn:020X}"
+    from pyspark.sql import functions as F
+    bad = (sample.withColumn("customer_id", F.lit(None).cast(sample.schema["customer_id"].dataType))
+           .withColumn("commit_lsn", F.lit(lsn)).withColumn("change_lsn", F.lit(lsn)))
+    bad.write.format("delta").mode("append").saveAsTable(staged)
+    history_version = pipeline.rows("describe history {s}.customers_history")[0]["version"]
+    with pytest.raises(PipelineFailed) as failure:
+        pipeline.run()
+    message = str(failure.value)
+    assert "cdc check failed: customers history: key or valid_from_lsn has a NULL part: " \
+           f'{{"valid_from_lsn":"{lsn}"}}' in message, message
+    assert pipeline.rows("describe history {s}.customers_history")[0]["version"] == history_version
+    assert pipeline.rows("select max_by(watermark_lsn, recorded_at) as w from {s}.cdc_watermarks "
+                         "where model_name = 'customers_history'") == [{"w": lsn_hex(first[-1].commit_lsn)}]
+    pipeline.spark.sql(f"delete from {staged} where customer_id is null")
+    pipeline.run()
+    check_marts(pipeline, sim, later[-1].commit_lsn)
+
+
+def test_mart_guard_passes_good_rows_and_fails_on_the_first_broken_rule(render):
+    """The folded checks' predicate: true for a good row; for a bad one the statement fails with
+    the table, the mart, the rule and the row."""
+    guard = ("{{ sqlserver_cdc._mart_guard(sqlserver_cdc.tracked_table('customers'), 'current state', "
+             "{'key has a NULL part': 'k is null', 'commit_lsn NULL': 'lsn is null'}, ['k', 'lsn']) }}")
+    rows = render("select k from values (1, 'a'), (2, 'b') as t(k, lsn) where " + guard)
+    assert rows == [{"k": 1}, {"k": 2}]
+    with pytest.raises(Exception, match=r'cdc check failed: customers current state: commit_lsn NULL: \{"k":2\}\. '
+                                        r'Nothing of this build was written'):
+        render("select k from values (1, 'a'), (2, null) as t(k, lsn) where " + guard)
+
+
 def _check_soft_deletes(pipeline, sim, spec) -> None:
     """With soft_deletes and history_delete_versions: a deleted key stays in the current state
     flagged, and its history ends with a version for the delete."""

@@ -341,7 +341,7 @@ def test_batches_build_marts_reading_only_their_batch_a_rerun_changes_nothing_a_
 def test_a_run_builds_only_the_tables_with_changes_and_each_costs_a_fixed_few_statements(spark, tmp_path):
     """Four declared tables (the benchmark's), a first run, then a batch on two of them: dbt's
     run results hold no node of the two others, each changed table issued four statements (its
-    staging INSERT, two MERGEs, its check), no scan of an unchanged table's staging or marts ran
+    staging INSERT, two MERGEs, its check, which reads staging only), no scan of an unchanged table's staging or marts ran
     (Spark's metrics), their watermarks moved to the new bound, and the marts equal the plain
     PySpark reference."""
     import os
@@ -400,6 +400,10 @@ def test_a_run_builds_only_the_tables_with_changes_and_each_costs_a_fixed_few_st
                       f"sqlserver_cdc_tracked_table_checks_{name}_current_{name}"):
             assert len(ran[model].statements) == 1, (model, ran[model].statements)
     assert all(n.status in ("success", "pass") for n in nodes), nodes
+    # the batch check reads staging only: the marts' checks run inside their MERGEs (_mart_guard)
+    checks_sql = next(project.glob("target/run/**/*tracked_table_checks_bench_t1_current_bench_t1.sql")).read_text()
+    assert f"{schema}.stg_change_tables__bench_t1" in checks_sql
+    assert f"{schema}.bench_t1_current" not in checks_sql and f"{schema}.bench_t1_history" not in checks_sql
     # nothing of an unchanged table was read
     for i in range(3, 5):
         for relation in (f"stg_change_tables__bench_t{i}", f"bench_t{i}_current", f"bench_t{i}_history"):
