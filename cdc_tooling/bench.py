@@ -972,7 +972,7 @@ def _median(progress, label: str, rows: int, repeats: int, before, action, note=
                  f"median of {repeats}: " + ", ".join(f"{x:.1f}" for x in seconds) + (f"; {note()}" if note() else ""))
 
 
-def _resources(spark) -> dict[str, int]:
+def _resources(spark) -> dict[str, float]:
     """The driver JVM's heap in use after a full GC (MiB), and the resident memory (MiB), open
     files and threads of this process and its descendants (the JVM); and two of the heap's
     holders: cached datasets (Delta's table states among them, MiB) and the SQL executions
@@ -1019,7 +1019,7 @@ def heap_growth(first: str, last: str, top: int = 12) -> list[tuple[str, int, in
 
     a, b = parse(first), parse(last)
     growth = sorted(((name, a.get(name, 0), size) for name, size in b.items() if size > a.get(name, 0)),
-                    key=lambda g: g[1] - g[2])
+                    key=lambda g: g[2] - g[1], reverse=True)
     return growth[:top]
 
 
