@@ -24,8 +24,7 @@
     valid_from_lsn duplicated, which makes a version end where it starts), and its source has one
     row per key (current state) or per key and valid_from_lsn (history) by construction. A MERGE
     writes its source's rows as they are, so those are the rows this query read above the marts'
-    watermarks before, at none of its cost (about 0.85 s a changed table: a mart written by
-    MERGE with deletion vectors is the slowest of the three to read). Otherwise whole tables. -#}
+    watermarks before, and a bad row is refused before it is written. Otherwise whole tables. -#}
 {% test tracked_table_checks(model, table) %}
     {{ sqlserver_cdc._tracked_table_checks(table) }}
 {% endtest %}
