@@ -341,9 +341,9 @@ def test_batches_build_marts_reading_only_their_batch_a_rerun_changes_nothing_a_
 def test_a_run_builds_only_the_tables_with_changes_and_each_costs_a_fixed_few_statements(spark, tmp_path):
     """Four declared tables (the benchmark's), a first run, then a batch on two of them: dbt's
     run results hold no node of the two others, each changed table issued four statements (its
-    staging INSERT, two MERGEs, its check, which reads staging only), no scan of an unchanged table's staging or marts ran
-    (Spark's metrics), their watermarks moved to the new bound, and the marts equal the plain
-    PySpark reference."""
+    staging INSERT, two MERGEs, its check, which reads staging only), no scan of an unchanged
+    table's staging or marts ran (Spark's metrics), their watermarks moved to the new bound, and
+    the marts equal the plain PySpark reference."""
     import os
     import uuid
 
