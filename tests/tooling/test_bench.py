@@ -214,15 +214,18 @@ def test_report_compares_the_bulk_phases_with_each_issues_targets():
 
 
 def test_report_holds_the_resident_phases_and_the_soak_to_issue_48s_targets():
-    """Nothing new and the latency against their seconds (the latency and every-table targets at 50
-    declared tables only); the soak's resources at its end against run 20, each within 10%."""
+    """The 1% incremental against a quarter of the full refresh; nothing new and the latency against
+    their seconds (the latency and every-table targets at 50 declared tables only); the soak's
+    resources at its end against run 20, each within 10%."""
     phases = [Phase("resident: nothing new (50 tables)", 0.2, 0),
               Phase("resident: 10 changes on 2 of 50 tables, arrival to marts committed", 7.5, 20),
-              Phase("resident: 10 changes on each of 50 tables", 70.0, 500)]
+              Phase("resident: 10 changes on each of 50 tables", 70.0, 500),
+              Phase("incremental", 18.0, 10), Phase("full refresh", 60.0, 1000)]
     soak = {"runs": 200, "at": [20, 200], "heap_mib": [400, 420], "rss_mib": [3000, 3500], "open_files": [500, 500],
             "threads": [450, 460]}
     result = _report(BenchConfig(), phases, 0, 1, 1, 1, {}, soak)
     assert {name: (t["value"], t["met"]) for name, t in result["targets"].items()} == {
+        "incremental_over_full_refresh": (0.3, False),
         "resident_no_op_seconds": (0.2, True), "resident_latency_seconds": (7.5, False),
         "resident_all_changed_seconds": (70.0, True), "soak_heap_growth": (1.05, True),
         "soak_rss_growth": (1.167, False), "soak_open_files_growth": (1.0, True), "soak_threads_growth": (1.022, True)}
