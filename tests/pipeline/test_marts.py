@@ -143,7 +143,7 @@ def test_a_mart_build_refuses_a_row_that_breaks_a_check_and_writes_nothing(pipel
 
 def test_mart_guard_passes_good_rows_and_fails_on_the_first_broken_rule(render):
     """The folded checks' predicate: true for a good row; for a bad one the statement fails with
-    the table, the mart, the rule and the row."""
+    the table, the mart, the first rule it breaks and the row."""
     guard = ("{{ sqlserver_cdc._mart_guard(sqlserver_cdc.tracked_table('customers'), 'current state', "
              "{'key has a NULL part': 'k is null', 'commit_lsn NULL': 'lsn is null'}, ['k', 'lsn']) }}")
     rows = render("select k from values (1, 'a'), (2, 'b') as t(k, lsn) where " + guard)
@@ -151,6 +151,9 @@ def test_mart_guard_passes_good_rows_and_fails_on_the_first_broken_rule(render):
     with pytest.raises(Exception, match=r'cdc check failed: customers current state: commit_lsn NULL: \{"k":2\}\. '
                                         r'Nothing of this build was written'):
         render("select k from values (1, 'a'), (2, null) as t(k, lsn) where " + guard)
+    # a row that breaks both rules is refused for the first, in the order the rules are given
+    with pytest.raises(Exception, match=r'cdc check failed: customers current state: key has a NULL part: \{\}\. '):
+        render("select k from values (1, 'a'), (null, null) as t(k, lsn) where " + guard)
 
 
 def _check_soft_deletes(pipeline, sim, spec) -> None:
