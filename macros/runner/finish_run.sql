@@ -1,9 +1,9 @@
 {#- Used by the runner (dbt run-operation) after the build, its last dbt invocation: counts what
     the run did, records the watermarks runner/run/plan.py's `advance` decided and writes the run's
     ledger row, once; logs `sqlserver_cdc.finish_run <json>` ({tables, streams}) for the runner
-    to print. Three statements (and one per event channel the run staged): the counts of the
-    tables the run staged or applied (the others keep the counts of the previous row), the
-    watermark table rewritten with one row per model, the ledger row.
+    to print. Four statements (and one per event channel the run staged): the counts of the
+    tables the run staged or applied (the others keep the counts of the previous row), their lags
+    and retention headrooms, the watermark table rewritten with one row per model, the ledger row.
     run: the ledger row's fields (see _ledger_ddl) but tables and streams; tables: per tracked
     table {name, channel, staging, staged (its staging built), applied (its marts built),
     lower_lsn, lower_batch (the current-state mart's before the run), lsn_reached, batch_reached,
@@ -18,8 +18,8 @@
 
 {% macro spark__finish_run(run, tables=[], streams=[], watermarks=[], capture_lsn=none, retention_minutes=none) -%}
     {%- set counted = sqlserver_cdc._run_counts(run, tables) -%}
-    {%- set lags = sqlserver_cdc._lags(tables, capture_lsn) -%}
-    {%- set headrooms = sqlserver_cdc._headrooms(tables, retention_minutes) -%}
+    {%- set times = sqlserver_cdc._lags_and_headrooms(tables, capture_lsn, retention_minutes) -%}
+    {%- set lags, headrooms = times.lags, times.headrooms -%}
     {%- set summary = [] -%}
     {%- for t in tables -%}
         {%- set c = counted.get(t.name, {}) -%}
@@ -96,66 +96,52 @@
     {{ return(counted) }}
 {%- endmacro %}
 
-{#- Per change-table table, how far the commit time of the LSN its current-state mart reached lags
-    that of the capture high-water mark (seconds), read from the staged lsn_time_mapping for
-    those LSNs only. -#}
-{% macro _lags(tables, capture_lsn) -%}
-    {%- set lsns = [] -%}
-    {%- for t in tables if t.channel == 'change_tables' and t.lsn_reached and t.lsn_reached not in lsns -%}
-        {%- do lsns.append(t.lsn_reached) -%}
-    {%- endfor -%}
-    {%- set lags = {} -%}
-    {%- if not capture_lsn or not lsns or not sqlserver_cdc._relation_exists('stg_cdc_metadata__lsn_time_mapping') -%}
-        {{ return(lags) }}
-    {%- endif -%}
-    {%- set times = {} -%}
-    {%- for row in run_query("select start_lsn, cast(unix_timestamp(max(tran_end_time)) as bigint) from "
-        ~ sqlserver_cdc._model_relation('stg_cdc_metadata__lsn_time_mapping') ~ " where quarantine_reason is null and start_lsn in ('"
-        ~ (lsns + [capture_lsn]) | join("', '") ~ "') group by start_lsn") -%}
-        {%- do times.update({row[0]: row[1]}) -%}
-    {%- endfor -%}
+{#- Per change-table table, from one query over the staged lsn_time_mapping: its lag (seconds from
+    the commit time of the LSN its current-state mart reached to that of the capture high-water
+    mark) and, when the cleanup's retention_minutes is known, its retention headroom
+    (docs/operations.md "Retention headroom": the commit time of the first landed mapping row
+    above the LSN it reached, a transaction of the database that may or may not change the table,
+    so a lower bound, plus the retention, less now; none when no landed transaction is above it).
+    Without a retention the query reads those LSNs' rows only, with one the rows above the
+    smallest (Delta skips the files below). Returns {lags, headrooms}, each by table name. -#}
+{% macro _lags_and_headrooms(tables, capture_lsn, retention_minutes) -%}
+    {%- set marks, lsns = [], [] -%}
     {%- for t in tables if t.channel == 'change_tables' and t.lsn_reached -%}
-        {%- if times.get(capture_lsn) is not none and times.get(t.lsn_reached) is not none -%}
-            {%- do lags.update({t.name: (times[capture_lsn] - times[t.lsn_reached]) | int}) -%}
-        {%- endif -%}
+        {%- do marks.append("(" ~ sqlserver_cdc._sql_string(t.name) ~ ", " ~ sqlserver_cdc._sql_string(t.lsn_reached) ~ ")") -%}
+        {%- do lsns.append(sqlserver_cdc._sql_string(t.lsn_reached)) -%}
     {%- endfor -%}
-    {{ return(lags) }}
-{%- endmacro %}
-
-{#- Per change-table table, the seconds until SQL Server's cleanup (retention_minutes) reaches the
-    first change its current-state mart has not applied (docs/operations.md "Retention
-    headroom"): the commit time of the first landed lsn_time_mapping row above the LSN it reached
-    (a transaction of the database, which may or may not change the table: a lower bound) plus
-    the retention, less now; none when no landed transaction is above it. One query over the
-    staged mapping above the smallest of those LSNs (Delta skips the files below). -#}
-{% macro _headrooms(tables, retention_minutes) -%}
-    {%- set marks = [] -%}
-    {%- for t in tables if t.channel == 'change_tables' and t.lsn_reached -%}
-        {%- do marks.append("('" ~ t.name ~ "', " ~ sqlserver_cdc._sql_string(t.lsn_reached) ~ ")") -%}
-    {%- endfor -%}
-    {%- set headrooms = {} -%}
-    {%- if retention_minutes is none or not marks or not sqlserver_cdc._relation_exists('stg_cdc_metadata__lsn_time_mapping') -%}
-        {{ return(headrooms) }}
+    {%- set found = {'lags': {}, 'headrooms': {}} -%}
+    {%- if not marks or (not capture_lsn and retention_minutes is none)
+        or not sqlserver_cdc._relation_exists('stg_cdc_metadata__lsn_time_mapping') -%}
+        {{ return(found) }}
     {%- endif -%}
-    {%- set lowest = tables | selectattr('channel', 'equalto', 'change_tables') | map(attribute='lsn_reached')
-        | select | min -%}
+    {%- set capture = sqlserver_cdc._sql_string(capture_lsn) if capture_lsn else 'cast(null as string)' -%}
     {%- set query -%}
         select marks.name,
-            cast(unix_timestamp(min_by(pending.tran_end_time, pending.start_lsn)) + {{ retention_minutes | int }} * 60
-                - unix_timestamp() as bigint)
+            max(case when mapping.start_lsn = marks.lsn then unix_timestamp(mapping.tran_end_time) end),
+            max(case when mapping.start_lsn = {{ capture }} then unix_timestamp(mapping.tran_end_time) end),
+            min_by(unix_timestamp(mapping.tran_end_time), mapping.start_lsn) filter (where mapping.start_lsn > marks.lsn),
+            unix_timestamp()
         from (values {{ marks | join(', ') }}) as marks (name, lsn)
         join (
             select start_lsn, tran_end_time
             from {{ sqlserver_cdc._model_relation('stg_cdc_metadata__lsn_time_mapping') }}
-            where quarantine_reason is null and start_lsn > {{ sqlserver_cdc._sql_string(lowest) }}
-        ) as pending
-            on pending.start_lsn > marks.lsn
+            where quarantine_reason is null and (start_lsn = {{ capture }} or
+                {%- if retention_minutes is none %} start_lsn in ({{ lsns | join(', ') }})
+                {%- else %} start_lsn >= {{ lsns | min }}{% endif %})
+        ) as mapping
+            on mapping.start_lsn >= marks.lsn or mapping.start_lsn = {{ capture }}
         group by marks.name
     {%- endset -%}
-    {%- for row in run_query(query) if row[1] is not none -%}
-        {%- do headrooms.update({row[0]: row[1] | int}) -%}
+    {%- for row in run_query(query) -%}
+        {%- if row[1] is not none and row[2] is not none -%}
+            {%- do found.lags.update({row[0]: (row[2] - row[1]) | int}) -%}
+        {%- endif -%}
+        {%- if retention_minutes is not none and row[3] is not none -%}
+            {%- do found.headrooms.update({row[0]: (row[3] + (retention_minutes | int) * 60 - row[4]) | int}) -%}
+        {%- endif -%}
     {%- endfor -%}
-    {{ return(headrooms) }}
+    {{ return(found) }}
 {%- endmacro %}
 
 {#- Whether a model's relation exists (SHOW TABLES reads the metastore only). -#}

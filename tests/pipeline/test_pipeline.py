@@ -4,6 +4,7 @@ the expected marts computed in Python."""
 from __future__ import annotations
 
 import io
+import math
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -111,6 +112,11 @@ def test_lsn_time_mapping_as_of_and_window_validation_macros(pipeline, render):
     by_table = {r["tracked_table"]: r for r in summary}
     assert abs(by_table["customers"]["headroom_seconds"] - expected) < 600
     assert by_table["order_lines"]["headroom_seconds"] == by_table["customers"]["headroom_seconds"]
+    # the lag, from the same query: the capture high-water mark's commit time (the last landed
+    # transaction) less that of the LSN the marts reached (whole seconds, as unix_timestamp)
+    def seconds(tx) -> int:
+        return math.floor(tx.end_time.replace(tzinfo=timezone.utc).timestamp())
+    assert by_table["customers"]["lag_seconds"] == by_table["order_lines"]["lag_seconds"] == seconds(pending[-1]) - seconds(txs[-1]) > 0
     ledger = pipeline.rows("select retention_minutes, headroom_seconds from {s}.cdc_runs order by run_id desc limit 1")[0]
     assert ledger["retention_minutes"] == 144000 and set(ledger["headroom_seconds"]) == {"customers", "order_lines"}
     output = io.StringIO()
@@ -122,6 +128,7 @@ def test_lsn_time_mapping_as_of_and_window_validation_macros(pipeline, render):
     summary = pipeline.run(min_headroom=24 * 365, strict=True)
     by_table = {r["tracked_table"]: r for r in summary}
     assert by_table["customers"]["headroom_seconds"] is None and by_table["order_lines"]["headroom_seconds"] is None
+    assert by_table["customers"]["lag_seconds"] == by_table["order_lines"]["lag_seconds"] == 0
 
 
 @pytest.mark.scenario
