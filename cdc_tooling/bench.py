@@ -40,10 +40,12 @@ asserted in tests.
 
 from __future__ import annotations
 
+import collections
 import io
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -973,11 +975,17 @@ def _median(progress, label: str, rows: int, repeats: int, before, action, note=
                  f"median of {repeats}: " + ", ".join(f"{x:.1f}" for x in seconds) + (f"; {note()}" if note() else ""))
 
 
+# Spark's thread pools whose threads a resident runner's statements start (an idle one ends after
+# 60 s; profiles.yml leaves them at Spark's caps or above: docs/performance.md "Thread pools")
+THREAD_POOLS = ("shuffle-exchange", "ResultQueryStageExecution", "subquery", "broadcast-exchange")
+
+
 def _resources(spark) -> dict[str, float]:
     """The driver JVM's heap in use after a full GC (MiB), and the resident memory (MiB), open
-    files and threads of this process and its descendants (the JVM); and two of the heap's
-    holders: cached datasets (Delta's table states among them, MiB) and the SQL executions
-    Spark's status store keeps (`spark.sql.ui.retainedExecutions`, UI or not)."""
+    files and threads of this process and its descendants (the JVM), with the JVM's threads of
+    THREAD_POOLS; and two of the heap's holders: cached datasets (Delta's table states among them,
+    MiB) and the SQL executions Spark's status store keeps (`spark.sql.ui.retainedExecutions`, UI
+    or not)."""
     jvm = spark._jvm
     jvm.java.lang.System.gc()
     heap = jvm.java.lang.management.ManagementFactory.getMemoryMXBean().getHeapMemoryUsage().getUsed()
@@ -991,9 +999,12 @@ def _resources(spark) -> dict[str, float]:
             pass
     cached = sum(info.memSize() for info in spark._jsc.sc().getRDDStorageInfo())
     executions = spark._jsparkSession.sharedState().statusStore().executionsCount()
+    pools = collections.Counter(re.sub(r"-\d+$", "", str(t.getName()))
+                                for t in jvm.java.lang.Thread.getAllStackTraces().keySet().toArray())
     return {"heap_mib": round(heap / 2**20), "rss_mib": round(sum(PeakMemory._rss(p) for p in pids) / 2**20),
             "open_files": files, "threads": threads, "cached_mib": round(cached / 2**20, 1),
-            "sql_executions_kept": executions}
+            "sql_executions_kept": executions,
+            **{f"threads_{name}": pools[name] for name in THREAD_POOLS}}
 
 
 def _class_histogram(spark) -> str:

@@ -55,6 +55,9 @@ SQL_CONF = {
     "spark.sql.constraintPropagation.enabled": "false",
     # as in profiles.yml: keep the compiled classes of the statements the server runs again
     "spark.sql.codegen.cache.maxEntries": "1500",
+    # as in profiles.yml: Spark's 16 subquery threads deadlock a query whose subqueries hold
+    # subqueries below shuffles; 128 is Spark's most
+    "spark.sql.subquery.maxThreadThreshold": "128",
 }
 # as in profiles.yml: the JVM interprets methods over 8,000 bytes of bytecode unless told to compile
 # them, and Spark's generated code for the staging and mart plans is such a method
