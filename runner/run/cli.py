@@ -9,6 +9,7 @@ Exit codes: 0 success; 1 a model or test failed (or rows were quarantined with -
 from __future__ import annotations
 
 import argparse
+import threading
 import time
 import uuid
 from datetime import datetime, timezone
@@ -21,6 +22,7 @@ from runner.run import layout, plan, report
 from runner.run.dbt import Dbt, failures
 from runner.run.lock import RunnerLock, describe_previous, lock_path, state_dir
 from runner.run.unchanged import LastRun
+from runner.run.watchdog import Deadline, abandon
 from runner.sources import kafka, landing
 from runner.sources.folders import Folder, display, is_uri, open_folder
 from runner.spark.profile import load_target
@@ -75,12 +77,23 @@ def _parser() -> argparse.ArgumentParser:
     resident.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST",
                           help="the address to bind (default 127.0.0.1: this machine only)")
 
+    resident.add_argument("--run-limit", type=_seconds, default=None, metavar="SECONDS",
+                          help="a run in progress longer than this makes /healthz answer 503 (default: 5 x the longest "
+                               "successful run, at least 900 s; before the first, 900 s and 60 s per declared table)")
+    resident.add_argument("--stale-after", type=_seconds, default=None, metavar="SECONDS",
+                          help="no successful run for this long makes /healthz answer 503 (default: the run limit and "
+                               "two --every intervals)")
+
     audit = sub.add_parser("audit", help="run every data test on whole tables (a normal run checks only its batch)")
     common(audit)
     audit.add_argument("--select", nargs="+", default=[], help="dbt selection of the tests' models (default: everything)")
     for p in (run, audit, resident):
         p.add_argument("--wait", type=float, default=0, metavar="SECONDS",
                        help="when another runner holds the warehouse, wait up to SECONDS for it (default: exit 2 at once)")
+        p.add_argument("--timeout", type=_seconds, default=None, metavar="SECONDS",
+                       help="abandon a run that has not finished SECONDS after it took the warehouse, as a kill would "
+                            "(nothing half-applied; the next run applies it), and exit 2 naming the step it was at "
+                            "(serve: exit 2 for its supervisor to restart it; default: no limit)")
 
     scaffold = sub.add_parser("scaffold", help="declare captured tables (and write their model files and YAML docs) "
                                                "from the landed cdc.captured_columns and cdc.change_tables exports")
@@ -97,6 +110,17 @@ def _parser() -> argparse.ArgumentParser:
     init.add_argument("--project-dir", type=Path, default=PROJECT_DIR, help="the dbt project (default: this one)")
 
     return parser
+
+
+def _seconds(text: str) -> float:
+    """A positive number of seconds (argparse type)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"takes a number of seconds above 0; got {text!r}")
+    return value
 
 
 def _batch_id() -> str:
@@ -132,7 +156,7 @@ def run_pipeline(project_dir: Path, target, landing_dir: Path | str | Folder, *,
     progress = progress or report.Progress()
     started_at = datetime.now(timezone.utc)
     # constant across runs, so one parse serves them (the plan is a var of the build only)
-    dbt = Dbt(project_dir, target.name, {"cdc_raw_schema": target.raw_schema})
+    dbt = Dbt(project_dir, target.name, {"cdc_raw_schema": target.raw_schema}, activity=progress.activity)
     manifests_required = export_manifests_required(project_dir)
     if upper_lsn is not None:
         given, upper_lsn = upper_lsn, landing.canonical_lsns(dbt, [upper_lsn]).get(upper_lsn)
@@ -347,6 +371,12 @@ def main(argv: list[str] | None = None, kafka_sources: list | None = None) -> in
                              "so they need a session target that is not Spark Connect (docs/channels.md \"Reading from Kafka "
                              "and Event Hubs\")")
         with RunnerLock(lock_path(target, args.project_dir), target.name).acquire(args.wait, progress) as held:
+            if args.command != "serve":  # the service's runs begin in its loop
+                progress.activity.begin()
+            if args.timeout:
+                expire = abandoner(target, held, progress)
+                Deadline(args.timeout, progress.activity,
+                         lambda where: expire(timed_out(args.timeout, where), InfrastructureError.exit_code)).start()
             if describe_previous(held):
                 progress.step(describe_previous(held))
             if args.command == "serve":
@@ -370,6 +400,47 @@ def main(argv: list[str] | None = None, kafka_sources: list | None = None) -> in
     except RunnerError as exc:
         progress.step(f"FAILED: {exc}")
         return exc.exit_code
+
+
+def timed_out(seconds: float, where: str) -> str:
+    """What a run abandoned at --timeout says (runner/run/watchdog.py Deadline)."""
+    return (f"FAILED: the run did not finish within --timeout {seconds:g} s; it was at {where}. Abandoned as a kill "
+            "would: nothing of it is half-applied, and the next run applies what it had not recorded. If it hung (a "
+            "query that cannot finish, a frozen JVM or file system), find why before the next run; if it was only "
+            "slow, raise --timeout")
+
+
+def abandoner(target, held: RunnerLock, progress):
+    """abandon(line, exit code): ends this process at once as a kill would (runner/run/watchdog.py
+    abandon): the run's own JVM killed, or, on Spark Connect, the session's statements interrupted;
+    on a Thrift server a statement still running there is not ours to stop."""
+
+    def stop_spark() -> str | None:
+        if target.owns_jvm:
+            return held.kill_jvm()
+        if target.remote:
+            return _interrupt_connect(target)
+        return (f"target {target.name} runs its statements on the server at {target.address}: one still running there "
+                "may still commit; cancel it there before the next run")
+
+    return lambda line, code: abandon(progress, line, stop_spark, held.release, code)
+
+
+def _interrupt_connect(target) -> str:
+    """Interrupts the Spark Connect session's statements (at most 10 s: a server that does not answer is left)."""
+    from pyspark.sql import SparkSession
+
+    said: list[str] = []
+
+    def interrupt() -> None:
+        session = SparkSession.getActiveSession()
+        if session is not None:
+            said.append(f"interrupted {len(session.interruptAll())} statement(s) on Spark Connect {target.remote}")
+
+    worker = threading.Thread(target=interrupt, daemon=True)
+    worker.start()
+    worker.join(10)
+    return said[0] if said else f"Spark Connect {target.remote} did not answer the interruption within 10 s"
 
 
 def parse_project(args, target) -> None:
@@ -480,6 +551,7 @@ class Resident:
 
 def _serve(args, target, held: RunnerLock, kafka_sources: list, progress) -> int:
     """`serve`: Spark started once, then runner/run/serve.py's loop of runs."""
+    from runner.project.config import tracked_table_declarations
     from runner.run.serve import serve
 
     folder, _ = start_spark(args, target, held, progress, kafka_sources)
@@ -490,7 +562,8 @@ def _serve(args, target, held: RunnerLock, kafka_sources: list, progress) -> int
 
         watch = kafka.EndOffsets(SparkSession.getActiveSession(), kafka_sources)
     try:
-        return serve(args, progress, resident.listing, resident.run, resident.alive, offsets=watch and watch.poll)
+        return serve(args, progress, resident.listing, resident.run, resident.alive, offsets=watch and watch.poll,
+                     abandon=abandoner(target, held, progress), tables=len(tracked_table_declarations(args.project_dir)))
     finally:
         if watch:
             watch.close()
@@ -515,7 +588,7 @@ def last_run_record(args, target, held: RunnerLock, reads_kafka: bool) -> LastRu
 def _audit(args, target, progress) -> int:
     """`dbt test` over whole tables (var cdc_checks all, tag cdc_audit included): the check a
     normal run scopes to its batch, run on demand (docs/operations.md "Checks: batch and audit")."""
-    dbt = Dbt(args.project_dir, target.name, _dbt_vars(args, target))
+    dbt = Dbt(args.project_dir, target.name, _dbt_vars(args, target), activity=progress.activity)
     progress.step("dbt test over whole tables (audit)")
     failed = failures(dbt.build(list(args.select), False, command="test"))
     if failed:

@@ -24,6 +24,8 @@ class Dbt:
     vars: dict[str, object] = field(default_factory=dict)
     quiet: bool = False
     manifest: object = None
+    # what the current run is doing (runner/run/watchdog.py): told of each invocation and node
+    activity: object = None
 
     def _args(self, command: list[str], run_vars: dict | None = None) -> list[str]:
         args = [
@@ -71,8 +73,16 @@ class Dbt:
         from dbt.cli.main import dbtRunner
 
         quieting = ["--quiet", "--log-level", "none"] if (self.quiet if quiet is None else quiet) else []
-        runner = dbtRunner(manifest=self.parse(), callbacks=callbacks or [])
-        result = runner.invoke([*quieting, *flags, *self._args(command, run_vars)])
+        callbacks = list(callbacks or [])
+        if self.activity is not None:
+            callbacks.append(self.activity.dbt_event)
+            self.activity.invoking(" ".join(["dbt", *command[:2 if command[0] == "run-operation" else 1]]))
+        runner = dbtRunner(manifest=self.parse(), callbacks=callbacks)
+        try:
+            result = runner.invoke([*quieting, *flags, *self._args(command, run_vars)])
+        finally:
+            if self.activity is not None:
+                self.activity.invoking(None)
         if result.exception is not None:
             raise InfrastructureError(f"dbt {command[0]} could not run: {whole(result.exception)}")
         return result

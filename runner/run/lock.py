@@ -104,11 +104,18 @@ class RunnerLock:
             time.sleep(0.1)
         if process_start(pid) != started:
             return f"waited for the JVM (pid {pid}) of the runner that ended without releasing the lock to end"
-        os.kill(pid, signal.SIGKILL)
-        while process_start(pid) == started:
-            time.sleep(0.05)
+        _kill(pid, started)
         return (f"killed the JVM (pid {pid}) of the runner that ended without releasing the lock: it still ran "
                 f"{wait_seconds:g} s after taking over")
+
+    def kill_jvm(self) -> str | None:
+        """Kills this runner's own JVM (record_jvm), also a frozen one, and waits until it is gone;
+        says so, or None when none was recorded or it has ended."""
+        pid, started = self._holder.get("jvm_pid"), self._holder.get("jvm_started")
+        if not pid or process_start(pid) != started:
+            return None
+        _kill(pid, started)
+        return f"killed the run's JVM (pid {pid})"
 
     def release(self) -> None:
         if self._fd is None:
@@ -123,6 +130,13 @@ class RunnerLock:
 
     def __exit__(self, *_) -> None:
         self.release()
+
+
+def _kill(pid: int, started: int) -> None:
+    """SIGKILL to the process (pid, start time), then waits until it is gone."""
+    os.kill(pid, signal.SIGKILL)
+    while process_start(pid) == started:
+        time.sleep(0.05)
 
 
 def describe_previous(lock: RunnerLock) -> str | None:

@@ -11,6 +11,8 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
 
+from runner.run.watchdog import Activity, run_limit
+
 PREFIX = "sqlserver_cdc"
 # how a run ended, as runs_total counts them: succeeded, nothing_to_do (nothing new: no Spark job),
 # failed (a refused file, a failed model or check: the service goes on), error (any other)
@@ -18,15 +20,22 @@ STATUSES = ("succeeded", "nothing_to_do", "failed", "error")
 
 
 class Metrics:
-    """The service's metrics (a registry of its own) and its health: unhealthy after
-    `max_failures` failed runs in a row, or when no run succeeded for `stale_after` seconds."""
+    """The service's metrics (a registry of its own) and its health: unhealthy while the run in
+    progress (`activity`, runner/run/watchdog.py) has run longer than the run limit (`run_limit`
+    seconds, or watchdog.run_limit's default for `tables` declared tables and the longest
+    successful run), after `max_failures` failed runs in a row, or when no run succeeded for
+    `stale_after` seconds (default: the run limit and two intervals of `every` seconds, the most a
+    healthy service goes between successes)."""
 
-    def __init__(self, max_failures: int = 3, stale_after: float | None = None):
+    def __init__(self, max_failures: int = 3, stale_after: float | None = None, run_limit: float | None = None,
+                 every: float | None = None, tables: int = 0, activity: Activity | None = None):
         self.registry = CollectorRegistry()
-        self.max_failures, self.stale_after = max_failures, stale_after
+        self.max_failures, self.stale_after, self.given_limit = max_failures, stale_after, run_limit
+        self.every, self.tables, self.activity = every, tables, activity
         self.failures_in_a_row = 0
         self.started = time.time()
         self.last_success: float | None = None
+        self.longest: float | None = None  # the longest successful run's seconds
         self.last_error = ""
         r, table = self.registry, ["table"]
         self.runs = Counter(f"{PREFIX}_runs", "Runs by how they ended", ["status"], registry=r)
@@ -37,6 +46,13 @@ class Metrics:
                              "(nothing new counts)", registry=r)
         self.in_a_row = Gauge(f"{PREFIX}_consecutive_failures", "Runs that failed in a row", registry=r)
         self.healthy = Gauge(f"{PREFIX}_healthy", "1 when /healthz answers 200", registry=r)
+        self.healthy.set_function(lambda: 1 if self.health()[0] else 0)
+        self.in_progress = Gauge(f"{PREFIX}_run_in_progress_seconds", "How long the run in progress has run "
+                                 "(0: none)", registry=r)
+        self.in_progress.set_function(lambda: (self.activity and self.activity.age()) or 0)
+        self.limit = Gauge(f"{PREFIX}_run_limit_seconds", "A run in progress longer than this makes /healthz "
+                           "answer 503", registry=r)
+        self.limit.set_function(lambda: self.run_limit()[0])
         self.lag = Gauge(f"{PREFIX}_table_lag_seconds", "How far the commit time a table's current-state mart reached "
                          "lags the capture high-water mark (change tables)", table, registry=r)
         self.headroom = Gauge(f"{PREFIX}_table_retention_headroom_seconds", "Seconds until SQL Server's cleanup reaches "
@@ -46,7 +62,6 @@ class Metrics:
         self.quarantined = Counter(f"{PREFIX}_table_rows_quarantined", "Rows quarantined for the table", table, registry=r)
         for status in STATUSES:
             self.runs.labels(status)
-        self.healthy.set(1)
 
     def record(self, status: str, seconds: float, summary: list[dict] = ()) -> None:
         """A run's end: its status (STATUSES), wall time and summary rows (runner/run/cli.py
@@ -59,6 +74,8 @@ class Metrics:
         if status in ("succeeded", "nothing_to_do"):
             self.failures_in_a_row, self.last_success, self.last_error = 0, now, ""
             self.last_ok.set(now)
+            if status == "succeeded":
+                self.longest = max(self.longest or 0.0, seconds)
         else:
             self.failures_in_a_row += 1
         self.in_a_row.set(self.failures_in_a_row)
@@ -70,21 +87,37 @@ class Metrics:
             for gauge, field in ((self.lag, "lag_seconds"), (self.headroom, "headroom_seconds")):
                 if row.get(field) is not None:
                     gauge.labels(name).set(row[field])
-        self.healthy.set(1 if self.health()[0] else 0)
 
     def failed(self, status: str, seconds: float, reason: str, summary: list[dict] = ()) -> None:
         """A run that failed (`reason`), with what it applied before (its summary rows)."""
         self.last_error = reason
         self.record(status, seconds, summary)
 
+    def run_limit(self) -> tuple[float, str]:
+        """The seconds after which the run in progress is hung, and where the figure comes from."""
+        return run_limit(self.given_limit, self.longest, self.tables)
+
+    def hung(self) -> str | None:
+        """Why the run in progress is hung (it has run longer than the run limit), else None."""
+        age = self.activity.age() if self.activity else None
+        limit, source = self.run_limit()
+        if age is None or age <= limit:
+            return None
+        return f"the run in progress has run {age:.0f} s, over the limit of {limit:g} s ({source}); it is at " \
+               + self.activity.describe()
+
     def health(self) -> tuple[bool, str]:
-        """(healthy, why): unhealthy after max_failures failed runs in a row, or when the last
-        success (or the start) is older than stale_after seconds."""
+        """(healthy, why): unhealthy while the run in progress is hung, after max_failures failed
+        runs in a row, or when the last success (or the start) is older than the stale limit."""
+        if hung := self.hung():
+            return False, hung
         if self.max_failures and self.failures_in_a_row >= self.max_failures:
             return False, f"{self.failures_in_a_row} runs failed in a row; the last: {self.last_error}"
         since = self.last_success or self.started
-        if self.stale_after and time.time() - since > self.stale_after:
-            return False, f"no run succeeded for {time.time() - since:.0f} s"
+        stale = self.stale_after or (self.run_limit()[0] + 2 * self.every if self.every else None)
+        if stale and time.time() - since > stale:
+            source = "--stale-after" if self.stale_after else "the run limit and two --every intervals"
+            return False, f"no run succeeded for {time.time() - since:.0f} s, over the limit of {stale:g} s ({source})"
         return True, "ok"
 
     def serve_http(self, host: str, port: int) -> WSGIServer:

@@ -8,15 +8,20 @@ from decimal import Decimal
 
 import agate
 
+from runner.run.watchdog import Activity
 from runner.sources import landing
 
 
 class Progress:
+    """The progress lines; the last is also what the current run is doing (`activity`)."""
+
     def __init__(self, stream=None):
         self.stream = stream  # default: sys.stdout when a step is printed (whatever it is then)
         self.started = time.monotonic()
+        self.activity = Activity()
 
     def step(self, message: str) -> None:
+        self.activity.step(message)
         elapsed = time.monotonic() - self.started
         print(f"[sqlserver_cdc {elapsed:6.1f}s] {message}", file=self.stream or sys.stdout, flush=True)
 

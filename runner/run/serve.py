@@ -13,10 +13,13 @@ project whose files changed (runner/run/dbt.py).
 The warehouse's runner lock is held for the process's life, so a second `serve` or a `run`
 beside it is refused (exit 2), or waits with `--wait`. A run that fails (a refused file, a failed
 model or check, a usage error such as a bad declaration) is reported and the service goes on;
-`--max-failures` failed runs in a row make `/healthz` answer 503 until a run succeeds. When the
-SparkSession is gone the process ends with exit 2, for its supervisor to restart it. SIGTERM or
-SIGINT: the current run finishes, then the process exits 0; a second signal ends it at once,
-abandoning the run as a kill would (nothing half-applied: the next start re-applies it)."""
+`--max-failures` failed runs in a row make `/healthz` answer 503 until a run succeeds, and so do a
+run in progress longer than `--run-limit` and no successful run for `--stale-after` (runner/run/metrics.py);
+`--timeout` abandons a run that long as a kill would and exits 2. When the SparkSession is gone the
+process ends with exit 2, for its supervisor to restart it. SIGTERM or SIGINT: the current run
+finishes, then the process exits 0; a second signal, or the first while the run in progress is
+over its run limit, ends it at once, abandoning the run as a kill would (nothing half-applied: the
+next start re-applies it)."""
 
 from __future__ import annotations
 
@@ -24,9 +27,11 @@ import signal
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import NoReturn
 
 from runner.errors import EXIT_OK, InfrastructureError, PipelineFailed, RunnerError, UsageError
 from runner.run.metrics import Metrics
+from runner.run.watchdog import Activity
 
 
 @dataclass
@@ -54,19 +59,29 @@ class Trigger:
             self.ran_offsets = offsets
 
 
-class Stop:
-    """SIGTERM/SIGINT: the first sets the event (the loop ends after the current run), the second
-    raises SystemExit(0) at once."""
+def _exit(progress, line: str, code: int) -> NoReturn:
+    """The abandonment of a service without a Spark of its own to stop (the tests' loops)."""
+    progress.step(line)
+    raise SystemExit(code)
 
-    def __init__(self, progress):
-        self.event, self.progress = threading.Event(), progress
+
+class Stop:
+    """SIGTERM/SIGINT: the first sets the event (the loop ends after the current run), unless the
+    run in progress is hung (`hung()` says why): then, as on a second signal, the run is abandoned at
+    once (`abandon(line, exit code)`, runner/run/watchdog.py) and the process exits 0."""
+
+    def __init__(self, progress, abandon=None, hung=lambda: None):
+        self.event, self.progress, self.hung = threading.Event(), progress, hung
+        self.abandon = abandon or (lambda line, code: _exit(progress, line, code))
 
     def __call__(self, signum, _frame) -> None:
+        name = signal.Signals(signum).name
         if self.event.is_set():
-            self.progress.step(f"{signal.Signals(signum).name} again: stopping now, abandoning the current run "
-                               "(the next start applies it)")
-            raise SystemExit(EXIT_OK)
-        self.progress.step(f"{signal.Signals(signum).name}: stopping after the current run")
+            self.abandon(f"{name} again: stopping now, abandoning the current run (the next start applies it)", EXIT_OK)
+        if why := self.hung():
+            self.abandon(f"{name}: stopping now, abandoning the current run, which is hung ({why}); the next start "
+                         "applies it", EXIT_OK)
+        self.progress.step(f"{name}: stopping after the current run")
         self.event.set()
 
     def install(self) -> None:
@@ -74,14 +89,19 @@ class Stop:
             signal.signal(sig, self)
 
 
-def serve(args, progress, listing, run, alive, metrics: Metrics | None = None, offsets=None) -> int:
+def serve(args, progress, listing, run, alive, metrics: Metrics | None = None, offsets=None, abandon=None,
+          tables: int = 0) -> int:
     """The service's loop (see the module's docstring): `listing()` lists the landing folder (None:
     there is none), `run(listed)` makes one run and returns (status, summary rows, why it failed
     or '') or raises the runner's errors, `alive()` tells whether the SparkSession still answers,
-    `offsets()` (with Kafka sources) their end offsets (runner/sources/kafka.py EndOffsets.poll).
-    Returns the exit code."""
-    metrics = metrics or Metrics(max_failures=args.max_failures)
-    stop = Stop(progress)
+    `offsets()` (with Kafka sources) their end offsets (runner/sources/kafka.py EndOffsets.poll),
+    `abandon(line, exit code)` ends the process at once (runner/run/cli.py abandoner), `tables`
+    the declared tables (the default run limit). Each run is the Activity of `progress` from its
+    start to its end (the metrics' run in progress). Returns the exit code."""
+    activity = getattr(progress, "activity", None) or Activity()
+    metrics = metrics or Metrics(max_failures=args.max_failures, stale_after=args.stale_after, run_limit=args.run_limit,
+                                 every=args.every, tables=tables, activity=activity)
+    stop = Stop(progress, abandon, metrics.hung)
     stop.install()
     if args.metrics_port is not None:
         server = metrics.serve_http(args.metrics_host, args.metrics_port)
@@ -93,6 +113,7 @@ def serve(args, progress, listing, run, alive, metrics: Metrics | None = None, o
         listed, ends, now = listing(), offsets() if offsets else None, time.monotonic()
         if trigger.due(now, listed, ends):
             trigger.ran(now, listed, ends)
+            activity.begin()
             try:
                 status, summary, reason = run(listed)
                 if reason:
@@ -109,6 +130,8 @@ def serve(args, progress, listing, run, alive, metrics: Metrics | None = None, o
                     raise InfrastructureError(f"the SparkSession is gone ({exc}); the service ends for its supervisor "
                                               "to restart it") from None
                 metrics.failed("error", time.monotonic() - now, str(exc))
+            finally:
+                activity.end()
             if not metrics.health()[0]:
                 progress.step(f"unhealthy: {metrics.health()[1]}")
         stop.event.wait(args.poll)

@@ -1,11 +1,14 @@
 """The resident runner (`python -m runner serve`, runner/run/serve.py, runner/run/metrics.py): when
 it runs, how it goes on after a failed run and stops on a signal, and what its metrics and health
-say. The loop is driven here with fake runs (milliseconds); tests/pipeline/test_faults.py runs the
-real service in a process."""
+say, a hung run among them (runner/run/watchdog.py: what a run is doing, its limit, the deadline
+that abandons it). The loop is driven here with fake runs and clocks (milliseconds);
+tests/pipeline/test_faults.py runs the real service and `run --timeout` in processes whose JVM it
+freezes."""
 
 from __future__ import annotations
 
 import signal
+import threading
 import urllib.error
 import urllib.request
 from types import SimpleNamespace
@@ -13,8 +16,11 @@ from types import SimpleNamespace
 import pytest
 
 from runner.errors import InfrastructureError, UsageError
+from runner.run import watchdog
+from runner.run.cli import _parser, timed_out
 from runner.run.metrics import Metrics
 from runner.run.serve import Stop, Trigger, serve
+from runner.run.watchdog import Activity, Deadline
 
 
 class Quiet:
@@ -61,7 +67,7 @@ def test_kafka_sources_trigger_a_run_as_soon_as_their_end_offsets_move():
 
 def _args(**given):
     return SimpleNamespace(**{"every": 60, "poll": 0, "max_failures": 2, "metrics_port": None, "metrics_host": "127.0.0.1",
-                              **given})
+                              "run_limit": None, "stale_after": None, **given})
 
 
 def test_a_failed_run_is_reported_and_the_service_goes_on_until_a_signal_stops_it_after_the_run():
@@ -141,3 +147,152 @@ def test_metrics_and_health_are_served_over_http_on_the_loopback():
         assert exc.value.code == 503 and b"1 runs failed in a row; the last: REFUSED x.csv" in exc.value.read()
     finally:
         server.shutdown()
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _node(name: str, started: bool):
+    """A dbt NodeStart or NodeFinished event of model `name`, as dbt's callbacks receive it."""
+    info = SimpleNamespace(unique_id=f"model.sqlserver_cdc.{name}", node_name=name, resource_type="model")
+    return SimpleNamespace(info=SimpleNamespace(name="NodeStart" if started else "NodeFinished"),
+                           data=SimpleNamespace(node_info=info))
+
+
+def test_the_run_limit_is_given_or_a_multiple_of_the_longest_successful_run_with_a_floor():
+    assert watchdog.run_limit(120, 500, 10)[0] == 120  # given
+    # before a first success: the floor and a minute per declared table (an initial load, a catch-up)
+    assert watchdog.run_limit(None, None, 4) == (1140, ("before a first successful run: 900 s and 60 s for each of 4 "
+                                                        "declared table(s); --run-limit sets it"))
+    assert watchdog.run_limit(None, 60, 4)[0] == 900  # five times 60 s is under the floor
+    assert watchdog.run_limit(None, 400, 4) == (2000, "5 x the longest successful run (400 s); --run-limit sets it")
+    args = _parser().parse_args(["serve", "--run-limit", "30", "--stale-after", "600", "--timeout", "90"])
+    assert (args.run_limit, args.stale_after, args.timeout) == (30, 600, 90)
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["run", "--timeout", "0"])
+
+
+def test_a_run_longer_than_its_limit_is_reported_hung_naming_where_it_is_and_recovers_when_it_ends():
+    clock = Clock()
+    activity = Activity(clock)
+    m = Metrics(max_failures=3, every=300, tables=2, activity=activity)
+    sample = m.registry.get_sample_value
+    m.record("succeeded", 250.0)  # the limit: 5 x 250 s
+    assert m.run_limit()[0] == 1250 and sample("sqlserver_cdc_run_limit_seconds", {}) == 1250
+    activity.begin()
+    activity.step("dbt build of 2 model(s)")
+    activity.invoking("dbt build")
+    clock.now += 5
+    activity.dbt_event(_node("customers_history", True))
+    clock.now += 1000
+    assert m.health() == (True, "ok") and sample("sqlserver_cdc_run_in_progress_seconds", {}) == 1005
+    clock.now += 300
+    ok, why = m.health()
+    assert not ok and why == ("the run in progress has run 1305 s, over the limit of 1250 s (5 x the longest successful "
+                              "run (250 s); --run-limit sets it); it is at dbt build, model customers_history (running "
+                              '1300 s), in the step "dbt build of 2 model(s)"')
+    assert sample("sqlserver_cdc_healthy", {}) == 0
+    activity.dbt_event(_node("customers_history", False))
+    activity.invoking(None)
+    assert m.hung().endswith('it is at the step "dbt build of 2 model(s)"')
+    activity.invoking("dbt run-operation sqlserver_cdc.finish_run")
+    clock.now += 2
+    assert m.hung().endswith('it is at dbt run-operation sqlserver_cdc.finish_run (running 2 s), in the step "dbt build '
+                             'of 2 model(s)"')
+    activity.end()  # the run ended: nothing in progress, healthy again
+    assert m.health() == (True, "ok") and sample("sqlserver_cdc_run_in_progress_seconds", {}) == 0
+    assert sample("sqlserver_cdc_healthy", {}) == 1
+
+
+def test_no_successful_run_for_the_stale_limit_is_unhealthy():
+    m = Metrics(every=300, tables=4)
+    m.started -= 1140 + 600 - 5  # the run limit before a first success, and two intervals: not yet
+    assert m.health() == (True, "ok")
+    m.started -= 10
+    ok, why = m.health()
+    assert not ok and why.startswith("no run succeeded for 1745 s, over the limit of 1740 s (the run limit and two "
+                                     "--every intervals)")
+    given = Metrics(stale_after=60, every=300)
+    given.started -= 61
+    assert given.health()[1].endswith("over the limit of 60 s (--stale-after)")
+
+
+def test_the_deadline_abandons_a_run_that_has_run_too_long_naming_where_it_was():
+    clock = Clock()
+    activity, expired = Activity(clock), []
+    deadline = Deadline(600, activity, expired.append, poll=0.01).start()
+    try:
+        activity.begin()
+        activity.step("landing new files from /landing (batch b1)")
+        activity.invoking("dbt run-operation sqlserver_cdc.begin_run")
+        clock.now += 600  # at the limit, not over it
+        threading.Event().wait(0.1)
+        assert not expired
+        clock.now += 1
+        for _ in range(500):
+            if expired:
+                break
+            threading.Event().wait(0.01)
+    finally:
+        deadline.stop()
+    assert expired == [('dbt run-operation sqlserver_cdc.begin_run (running 601 s), in the step "landing new files '
+                        'from /landing (batch b1)"')]
+    assert timed_out(600, expired[0]).startswith("FAILED: the run did not finish within --timeout 600 s; it was at dbt "
+                                                 "run-operation sqlserver_cdc.begin_run (running 601 s)")
+
+
+def test_a_hung_run_makes_healthz_answer_503_and_sigterm_abandons_it_at_once():
+    """The service's loop, its run blocked (as in a frozen JVM): /healthz (served from its own
+    thread) answers 503 naming the run's node once the run is over its limit; SIGTERM then does not
+    wait for the run: it abandons it (the real service kills its JVM and exits 0)."""
+    progress, abandoned, answers = Quiet(), [], []
+    progress.activity = Activity()
+    port = {}
+
+    def hung_run(listed):
+        progress.activity.step("dbt build of 1 model(s)")
+        progress.activity.invoking("dbt build")
+        progress.activity.dbt_event(_node("customers_current", True))
+        while True:  # what a run blocked on a frozen JVM does, from the outside
+            status, text = _get(port["port"], "/healthz")
+            if status == 503:
+                answers.append(text)
+                signal.raise_signal(signal.SIGTERM)
+            threading.Event().wait(0.05)
+
+    def abandon(line, code):
+        abandoned.append((line, code))
+        raise SystemExit(code)
+
+    metrics = Metrics(run_limit=0.3, activity=progress.activity)
+    server = metrics.serve_http("127.0.0.1", 0)
+    port["port"] = server.server_port
+    try:
+        with pytest.raises(SystemExit) as exc:
+            serve(_args(run_limit=0.3), progress, lambda: {"a": 1}, hung_run, alive=lambda: True, metrics=metrics,
+                  abandon=abandon)
+    finally:
+        server.shutdown()
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    assert exc.value.code == 0
+    assert answers and answers[0].startswith("the run in progress has run 0 s, over the limit of 0.3 s (--run-limit); it "
+                                             "is at dbt build, model customers_current (running 0 s), in the step "
+                                             '"dbt build of 1 model(s)"'), answers
+    (line, code), = abandoned
+    assert code == 0 and line.startswith("SIGTERM: stopping now, abandoning the current run, which is hung (the run in "
+                                         "progress has run")
+    assert progress.activity.age() is None  # the loop ended its run
+
+
+def _get(port: int, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as answer:
+            return answer.status, answer.read().decode().strip()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode().strip()

@@ -41,7 +41,7 @@ def _answer(spark, sql: str) -> int:
 def _pools(spark) -> list[tuple[str, int]]:
     pid = spark._jvm.java.lang.ProcessHandle.current().pid()
     dump = subprocess.run(["jcmd", str(pid), "Thread.print"], capture_output=True, text=True, check=False).stdout
-    return collections.Counter(re.sub(r"-\d+$", "", name) for name in re.findall(r'^"([^"]+)"', dump, re.M)).most_common(8)
+    return collections.Counter(re.sub(r"-\d+$", "", name) for name in re.findall(r'^"([^"]+)"', dump, re.MULTILINE)).most_common(8)
 
 
 @pytest.fixture(scope="module")
