@@ -6,7 +6,9 @@ second runner exits 2 naming the holder, or waits with --wait (and, nothing havi
 the holder's run, exits without starting Spark); a lock left by a killed run is taken over. The
 last holder is a resident runner (`python -m runner serve`): it takes in batches as they land,
 goes on after a run that refuses a file, serves metrics equal to the ledger's rows, and on
-SIGTERM finishes its run and exits 0.
+SIGTERM finishes its run and exits 0. A run that hangs (its JVM frozen) is abandoned at
+`run --timeout` as a kill would, naming where it was, and the next run is exact; a frozen run of
+the service makes /healthz answer 503 past `--run-limit`, and thawed it finishes.
 
 The runners are `python -m runner run` (and `serve`) processes with their own state folder (the embedded
 metastore admits one JVM); this test's session reads their Delta tables by path."""
@@ -117,6 +119,28 @@ def test_killed_runs_rerun_to_the_same_marts_readers_see_whole_commits_one_runne
     print(f"killed inside the landing append before its commit: {inside}; "
           + "; ".join(f"{what} killed before its commit: {before_commit}" for what, before_commit in kills))
 
+    # 3b. a run that hangs (its JVM frozen as soon as Spark started) is abandoned at --timeout as a
+    #     kill would: exit 2 naming where it was, its JVM killed, the lock released; the service's
+    #     first run below applies what it had landed
+    land(sim.run(10), "b4b")
+    hung = wh.start("--timeout", "60")
+    lock = tmp_path / "state" / "runner.run.lock"
+    frozen = None
+    while hung.poll() is None and frozen is None:
+        text = lock.read_text()
+        if f'"pid": {hung.pid},' in text and '"jvm_pid"' in text:
+            frozen = json.loads(text)["jvm_pid"]
+            os.kill(frozen, signal.SIGSTOP)
+        time.sleep(0.02)
+    out, _ = hung.communicate(timeout=TIMEOUT)
+    assert hung.returncode == 2, out[-3000:]
+    failed = next(line for line in out.splitlines() if "FAILED" in line)
+    assert "FAILED: the run did not finish within --timeout 60 s; it was at " in failed, out[-3000:]
+    assert "Abandoned as a kill would: nothing of it is half-applied" in failed
+    assert frozen is not None, f"the run ended before its JVM was recorded: {out[-3000:]}"
+    assert f"killed the run's JVM (pid {frozen})" in out and process_start(frozen) is None, out[-3000:]
+    assert lock.read_text() == "", "the abandoned run did not release the lock"
+
     # every mart is at the state of a whole run: one of the landed batches' bounds
     before = {}
     for spec in TABLES:
@@ -151,11 +175,11 @@ def test_killed_runs_rerun_to_the_same_marts_readers_see_whole_commits_one_runne
 
     recorded_before = {r["run_id"] for r in wh.rows("cdc_runs")}
     port = _free_port()
-    holder = wh.start("--poll", "0.3", "--every", "3600", "--metrics-port", str(port), "--max-failures", "2", command="serve")
+    holder = wh.start("--poll", "0.3", "--every", "3600", "--metrics-port", str(port), "--max-failures", "2",
+                      "--run-limit", "20", command="serve")
     reader = threading.Thread(target=read_while_running)
     reader.start()
     try:
-        lock = tmp_path / "state" / "runner.run.lock"
         deadline = time.monotonic() + 120
         while not (lock.exists() and f'"pid": {holder.pid}' in lock.read_text()):
             assert holder.poll() is None and time.monotonic() < deadline, "the service never took the lock"
@@ -188,19 +212,48 @@ def test_killed_runs_rerun_to_the_same_marts_readers_see_whole_commits_one_runne
         assert metrics[("sqlserver_cdc_table_rows_landed_total", t.name)] == sum(row["rows_landed"] for row in rows) > 0
         assert metrics.get(("sqlserver_cdc_table_lag_seconds", t.name)) == rows[-1]["lag_seconds"]
 
-    # 6. the refused file removed and a new batch landed, SIGTERM during the run that takes them
-    #    in: the run finishes, the service exits 0, and the waiting runner finds nothing new
-    staged = tmp_path / "staged"
-    wh.landing = staged  # written beside, then moved in at once: the service must not see it half-written
-    land(sim.run(10), "b6")
-    wh.landing = landing
-    after = sim.transactions[-1].commit_lsn
+    # 5b. a run of the service that hangs (its JVM frozen) is reported: /healthz answers 503 once it
+    #     has run longer than --run-limit, naming where it is, and /metrics shows its age; thawed, it
+    #     finishes and the service is healthy again
+    def arrive(transactions, batch: str) -> None:
+        """Lands a batch beside the landing folder, then moves it in at once (the refused file
+        removed with it): the service must not see it half-written."""
+        staged = tmp_path / f"staged-{batch}"
+        wh.landing = staged
+        land(transactions, batch)
+        wh.landing = landing
+        cut.unlink(missing_ok=True)
+        for f in sorted(staged.rglob("*")):
+            if f.is_file():
+                (landing / f.relative_to(staged)).parent.mkdir(parents=True, exist_ok=True)
+                f.rename(landing / f.relative_to(staged))
+
+    succeeded = _scraped(holder, port, lambda m: True)[("sqlserver_cdc_runs_total", "succeeded")]
+    arrive(sim.run(5), "b5b")
+    _scraped(holder, port, lambda m: m[("sqlserver_cdc_run_in_progress_seconds", None)] > 0)
+    jvm = json.loads(lock.read_text())["jvm_pid"]
+    os.kill(jvm, signal.SIGSTOP)
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while (answer := _get(port, "/healthz"))[0] == 200:
+            assert time.monotonic() < deadline, "a frozen run never made /healthz answer 503"
+            time.sleep(0.5)
+        frozen_for = _scraped(holder, port, lambda m: True)[("sqlserver_cdc_run_in_progress_seconds", None)]
+    finally:
+        os.kill(jvm, signal.SIGCONT)
+    assert answer[0] == 503 and answer[1].startswith("the run in progress has run "), answer
+    assert "over the limit of 20 s (--run-limit); it is at " in answer[1], answer
+    assert frozen_for > 20
+    _scraped(holder, port, lambda m: m[("sqlserver_cdc_runs_total", "succeeded")] > succeeded
+             and m[("sqlserver_cdc_run_in_progress_seconds", None)] == 0)
+    assert _get(port, "/healthz") == (200, "ok")
+    _check(wh, sim, sim.transactions[-1].commit_lsn, records)
+
+    # 6. a new batch landed, SIGTERM during the run that takes it in: the run finishes, the service
+    #    exits 0, and the waiting runner finds nothing new
     files = wh.data_files("landed_rows")
-    cut.unlink()
-    for f in sorted(staged.rglob("*")):
-        if f.is_file():
-            (landing / f.relative_to(staged)).parent.mkdir(parents=True, exist_ok=True)
-            f.rename(landing / f.relative_to(staged))
+    arrive(sim.run(10), "b6")
+    after = sim.transactions[-1].commit_lsn
     deadline = time.monotonic() + TIMEOUT
     while wh.data_files("landed_rows") == files:
         assert holder.poll() is None and time.monotonic() < deadline, "the service never took in b6"
