@@ -981,14 +981,16 @@ THREAD_POOLS = ("shuffle-exchange", "ResultQueryStageExecution", "subquery", "br
 
 
 def _resources(spark) -> dict[str, float]:
-    """The driver JVM's heap in use after a full GC (MiB), and the resident memory (MiB), open
-    files and threads of this process and its descendants (the JVM), with the JVM's threads of
+    """The driver JVM's heap in use after a full GC (MiB), and the resident memory (MiB; also the
+    JVM's heap and other memory as committed, and this process's), open files and threads of this
+    process and its descendants (the JVM), with the JVM's threads of
     THREAD_POOLS; and two of the heap's holders: cached datasets (Delta's table states among them,
     MiB) and the SQL executions Spark's status store keeps (`spark.sql.ui.retainedExecutions`, UI
     or not)."""
     jvm = spark._jvm
     jvm.java.lang.System.gc()
-    heap = jvm.java.lang.management.ManagementFactory.getMemoryMXBean().getHeapMemoryUsage().getUsed()
+    memory = jvm.java.lang.management.ManagementFactory.getMemoryMXBean()
+    heap, committed = memory.getHeapMemoryUsage().getUsed(), memory.getHeapMemoryUsage().getCommitted()
     pids = PeakMemory._tree(os.getpid())
     files = threads = 0
     for pid in pids:
@@ -1002,6 +1004,11 @@ def _resources(spark) -> dict[str, float]:
     pools = collections.Counter(re.sub(r"-\d+$", "", str(t.getName()))
                                 for t in jvm.java.lang.Thread.getAllStackTraces().keySet().toArray())
     return {"heap_mib": round(heap / 2**20), "rss_mib": round(sum(PeakMemory._rss(p) for p in pids) / 2**20),
+            # where resident memory goes: the JVM's heap as committed (G1 grows it towards the
+            # driver's maximum and returns little), its other memory, and this Python process
+            "heap_committed_mib": round(committed / 2**20),
+            "nonheap_committed_mib": round(memory.getNonHeapMemoryUsage().getCommitted() / 2**20),
+            "python_rss_mib": round(PeakMemory._rss(os.getpid()) / 2**20),
             "open_files": files, "threads": threads, "cached_mib": round(cached / 2**20, 1),
             "sql_executions_kept": executions,
             **{f"threads_{name}": pools[name] for name in THREAD_POOLS}}
