@@ -1003,7 +1003,8 @@ def _resources(spark) -> dict[str, float]:
     executions = spark._jsparkSession.sharedState().statusStore().executionsCount()
     pools = collections.Counter(re.sub(r"-\d+$", "", str(t.getName()))
                                 for t in jvm.java.lang.Thread.getAllStackTraces().keySet().toArray())
-    return {"heap_mib": round(heap / 2**20), "rss_mib": round(sum(PeakMemory._rss(p) for p in pids) / 2**20),
+    native = _native_memory(spark)
+    return {**native, "heap_mib": round(heap / 2**20), "rss_mib": round(sum(PeakMemory._rss(p) for p in pids) / 2**20),
             # where resident memory goes: the JVM's heap as committed (G1 grows it towards the
             # driver's maximum and returns little), its other memory, and this Python process
             "heap_committed_mib": round(committed / 2**20),
@@ -1012,6 +1013,21 @@ def _resources(spark) -> dict[str, float]:
             "open_files": files, "threads": threads, "cached_mib": round(cached / 2**20, 1),
             "sql_executions_kept": executions,
             **{f"threads_{name}": pools[name] for name in THREAD_POOLS}}
+
+
+def _native_memory(spark) -> dict[str, float]:
+    """The JVM's own account of its memory, committed MiB by category (`jcmd <pid>
+    VM.native_memory summary`: nmt_total, nmt_thread, nmt_other, ...), when the JVM runs with
+    -XX:NativeMemoryTracking=summary; {} otherwise. What the process's resident memory holds
+    beyond the total is memory the JVM does not account for (native libraries, the C allocator's
+    fragmentation)."""
+    pid = spark._jvm.java.lang.ProcessHandle.current().pid()
+    out = subprocess.run(["jcmd", str(pid), "VM.native_memory", "summary"], capture_output=True, text=True,
+                         check=False).stdout
+    found = {}
+    for name, committed in re.findall(r"^-?\s*(Total|[A-Z][\w ]+?) \(reserved=\d+KB, committed=(\d+)KB", out, re.MULTILINE):
+        found["nmt_" + name.strip().lower().replace(" ", "_")] = round(int(committed) / 1024)
+    return found
 
 
 def _class_histogram(spark) -> str:
