@@ -63,17 +63,32 @@
     {{ return(fromjson(rows[0][0]) if rows else none) }}
 {%- endmacro %}
 
-{#- The tracked tables as the plan needs them (see begin_run). -#}
+{#- The tracked tables as the plan needs them (see begin_run): name, channel, instances, the ids of
+    the databases it reads, tenant, and the digest of its declaration: of what shapes its marts
+    (its columns, options, its one database's id; not which databases a tenant table reads, so a
+    tenant joins without a rebuild), `tenant:`-prefixed for a tenant table (runner/run/plan.py
+    rebuilds a mart whose shape changed). -#}
 {% macro _declared_tables() -%}
     {%- set tables = [] -%}
     {%- for name in var('cdc_tracked_tables', {}) | sort -%}
         {%- set t = sqlserver_cdc.tracked_table(name) -%}
         {%- set instances = [] -%}
         {%- for i in t.instances -%}{%- do instances.append({'name': i.name | lower, 'dropped': i.dropped}) -%}{%- endfor -%}
-        {%- do tables.append({'name': name, 'channel': t.channel, 'instances': instances,
-            'digest': local_md5(tojson(t, sort_keys=true))}) -%}
+        {%- set ids = t.databases | map(attribute='id') | list -%}
+        {%- set shaped = {} -%}
+        {%- for k, v in t.items() if k not in ('databases', 'tenant') -%}{%- do shaped.update({k: v}) -%}{%- endfor -%}
+        {%- if ids != [''] and not t.tenant -%}{%- do shaped.update({'database': ids[0]}) -%}{%- endif -%}
+        {%- do tables.append({'name': name, 'channel': t.channel, 'instances': instances, 'databases': ids, 'tenant': t.tenant,
+            'digest': ('tenant:' if t.tenant else '') ~ local_md5(tojson(shaped, sort_keys=true))}) -%}
     {%- endfor -%}
     {{ return(tables) }}
+{%- endmacro %}
+
+{#- The databases' names by id (runner/run/plan.py Facts.database_names): '' the default one's. -#}
+{% macro _database_names() -%}
+    {%- set names = {} -%}
+    {%- for name, db in sqlserver_cdc._databases().items() -%}{%- do names.update({db.id: name}) -%}{%- endfor -%}
+    {{ return(names) }}
 {%- endmacro %}
 
 {#- What landed after batch `since` (see begin_run): {arrived, manifests, snapshots,

@@ -2,8 +2,11 @@
     name, channel (change_tables | ces | debezium), capture_instance (change tables: the latest of
     its capture instances), instances (change tables: [{name, columns}] in the order they were
     created, from capture_instances, else the one capture_instance; each instance's columns with
-    its own ordinals, their positions in its captured-column list), 
-    source_database, source_schema, source_table (how CES and Debezium events are routed), topic
+    its own ordinals, their positions in its captured-column list), databases (the databases it
+    reads, _table_databases: [{id, name, sql_name, server, guid}]) and tenant (its marts keyed by
+    source_database too), source_database (its one database's name on SQL Server, none when it
+    reads several or nobody named it), source_schema, source_table (how CES and Debezium events
+    are routed), topic
     (Debezium: route by the Kafka topic instead), debezium (the connector's encoding options,
     with defaults: flattened, decimal_handling_mode, time_precision_mode, binary_handling_mode),
     key (list), columns (name, type, ordinal),
@@ -57,8 +60,9 @@
         {{ exceptions.raise_compiler_error("tracked table '" ~ table_name ~ "': 'buckets' is no longer used (the marts are Delta tables applied by MERGE, not parquet partitions); remove it") }}
     {%- endif -%}
     {#- a misspelt option (soft_delete) would otherwise be ignored in silence -#}
-    {%- set known = ['channel', 'capture_instance', 'capture_instances', 'source_database', 'source_schema', 'source_table',
-        'topic', 'debezium', 'key', 'columns', 'soft_deletes', 'history_delete_versions', 'history_columns', 'demo'] -%}
+    {%- set known = ['channel', 'capture_instance', 'capture_instances', 'database', 'databases', 'source_database',
+        'source_schema', 'source_table', 'topic', 'debezium', 'key', 'columns', 'soft_deletes', 'history_delete_versions',
+        'history_columns', 'demo'] -%}
     {%- for field in raw if field not in known -%}
         {{ exceptions.raise_compiler_error("tracked table '" ~ table_name ~ "': unknown field '" ~ field ~ "' (known: " ~ (known | join(', ')) ~ ")") }}
     {%- endfor -%}
@@ -67,12 +71,15 @@
     {%- endif -%}
     {%- set instances = sqlserver_cdc._capture_instances(table_name, raw, columns) -%}
     {%- set debezium = sqlserver_cdc._debezium_options(table_name, raw) -%}
+    {%- set found = sqlserver_cdc._table_databases(table_name, raw) -%}
     {{ return({
         'name': table_name,
         'channel': raw.channel,
         'capture_instance': instances[-1].name if instances else none,
         'instances': instances,
-        'source_database': raw.get('source_database'),
+        'databases': found.databases,
+        'tenant': found.tenant,
+        'source_database': found.databases[0].sql_name if found.databases | length == 1 else none,
         'source_schema': raw.get('source_schema'),
         'source_table': raw.get('source_table'),
         'topic': raw.get('topic'),
@@ -219,4 +226,91 @@
     {%- for field, value in literals if value is not none and re.search("['\\\\\x00-\x1f]", value | string) -%}
         {{ exceptions.raise_compiler_error("tracked table '" ~ table_name ~ "': " ~ field ~ " '" ~ value ~ "' holds a quote, backslash or control character, which the landing folders and generated SQL cannot carry; rename it (a capture instance: sys.sp_cdc_enable_table's @capture_instance)") }}
     {%- endfor -%}
+{%- endmacro %}
+
+{#- The databases of the project (var cdc_databases, docs/tables.md "Several databases"), checked:
+    {name: {id, name, sql_name, server, guid, time_zone}}; id is '' for the one marked default
+    (its exports at the landing folder's top level, NULL in the raw table's source_database),
+    else its name; sql_name its name on SQL Server (default: its name). Empty when the project
+    declares none (its one database is the default one). Mirrors runner/project/config.py
+    declared_databases, which checks the same before Spark starts. -#}
+{% macro _databases() -%}
+    {%- set declared = var('cdc_databases', {}) or {} -%}
+    {%- if declared is not mapping -%}
+        {{ exceptions.raise_compiler_error("var cdc_databases must map each database's name to its settings, e.g. {erp: {}, crm: {database: CRM_Prod}}") }}
+    {%- endif -%}
+    {%- set found, defaults = {}, [] -%}
+    {%- for name, settings in declared.items() -%}
+        {%- set settings = settings or {} -%}
+        {%- if not modules.re.fullmatch('[A-Za-z0-9][A-Za-z0-9_.-]*', name | string) -%}
+            {{ exceptions.raise_compiler_error("var cdc_databases: database name '" ~ name ~ "' must be letters, digits, '_', '-' or '.', starting with a letter or digit") }}
+        {%- endif -%}
+        {%- for field in settings if field not in ['default', 'database', 'server', 'database_guid', 'time_zone'] -%}
+            {{ exceptions.raise_compiler_error("var cdc_databases: database '" ~ name ~ "': unknown field '" ~ field ~ "' (known: default, database, server, database_guid, time_zone)") }}
+        {%- endfor -%}
+        {%- for field in ['database', 'server', 'database_guid'] if modules.re.search("['\\\x00-\x1f]", (settings.get(field) or '') | string) -%}
+            {{ exceptions.raise_compiler_error("var cdc_databases: database '" ~ name ~ "': " ~ field ~ " holds a quote, backslash or control character") }}
+        {%- endfor -%}
+        {%- if settings.get('default') -%}{%- do defaults.append(name) -%}{%- endif -%}
+        {%- do found.update({name | string: {'id': '' if settings.get('default') else name | string, 'name': name | string,
+            'sql_name': (settings.get('database') or name) | string, 'server': settings.get('server'),
+            'guid': settings.get('database_guid'), 'time_zone': settings.get('time_zone')}}) -%}
+    {%- endfor -%}
+    {%- if defaults | length > 1 -%}
+        {{ exceptions.raise_compiler_error("var cdc_databases: " ~ defaults | join(', ') ~ " are each marked default: true; one database at most is the default one") }}
+    {%- endif -%}
+    {{ return(found) }}
+{%- endmacro %}
+
+{#- The databases a tracked table reads and whether it is a tenant table (runner/project/config.py
+    table_databases decides the same): `databases` (names or patterns with * and ?) fans several
+    into one pair of marts keyed by source_database; `database` names its one; neither reads the
+    project's one database (the declared one, or the default one when none is declared), which
+    is the only choice while at most one is declared. {databases: [{id, name, sql_name, server,
+    guid}], tenant}. A CES or Debezium table's own source_database, when given, names its
+    database on SQL Server (the one database of a table without a declared one). -#}
+{% macro _table_databases(table_name, raw) -%}
+    {%- set estate = sqlserver_cdc._databases() -%}
+    {%- set where = "tracked table '" ~ table_name ~ "': " -%}
+    {%- if raw.get('database') is not none and raw.get('databases') is not none -%}
+        {{ exceptions.raise_compiler_error(where ~ "give database (its one database) or databases (a tenant table over several), one") }}
+    {%- endif -%}
+    {%- if raw.get('databases') is not none -%}
+        {%- if raw.get('source_database') -%}
+            {{ exceptions.raise_compiler_error(where ~ "a tenant table (databases) takes each database's name on SQL Server from var cdc_databases; leave source_database out") }}
+        {%- endif -%}
+        {%- if raw.databases is string or raw.databases is mapping or raw.databases | length == 0 -%}
+            {{ exceptions.raise_compiler_error(where ~ "databases must be a non-empty list of database names or patterns (tenant_*); got " ~ raw.databases) }}
+        {%- endif -%}
+        {%- set found = [] -%}
+        {%- for pattern in raw.databases -%}
+            {%- set regex = modules.re.escape(pattern | string) | replace('\\*', '.*') | replace('\\?', '.') -%}
+            {%- set matched = [] -%}
+            {%- for name in estate | sort if modules.re.fullmatch(regex, name) -%}{%- do matched.append(name) -%}{%- endfor -%}
+            {%- if not matched -%}
+                {{ exceptions.raise_compiler_error(where ~ "databases: '" ~ pattern ~ "' matches no database of var cdc_databases (" ~ (estate.keys() | sort | join(', ') or 'none declared') ~ "); declare it there") }}
+            {%- endif -%}
+            {%- for name in matched if estate[name] not in found -%}{%- do found.append(estate[name]) -%}{%- endfor -%}
+        {%- endfor -%}
+        {{ return({'databases': found | sort(attribute='name'), 'tenant': true}) }}
+    {%- endif -%}
+    {%- if raw.get('database') is not none -%}
+        {%- if raw.database not in estate -%}
+            {{ exceptions.raise_compiler_error(where ~ "database '" ~ raw.database ~ "' is not declared in var cdc_databases (declared: " ~ (estate.keys() | sort | join(', ') or 'none') ~ "); declare it there") }}
+        {%- endif -%}
+        {%- set db = estate[raw.database] -%}
+        {%- if raw.get('source_database') and raw.source_database | lower != db.sql_name | lower -%}
+            {{ exceptions.raise_compiler_error(where ~ "source_database '" ~ raw.source_database ~ "' is not the name on SQL Server of its database '" ~ raw.database ~ "' (" ~ db.sql_name ~ "): leave source_database out, or set database: under var cdc_databases." ~ raw.database) }}
+        {%- endif -%}
+        {{ return({'databases': [db], 'tenant': false}) }}
+    {%- endif -%}
+    {%- if estate | length > 1 -%}
+        {{ exceptions.raise_compiler_error(where ~ "the project declares " ~ estate | length ~ " databases (" ~ estate.keys() | sort | join(', ') ~ "); say which this table comes from: database: <name>, or databases: [<name or pattern>, ...] for one pair of marts over several") }}
+    {%- endif -%}
+    {%- if estate -%}
+        {%- set db = estate.values() | first -%}
+        {{ return({'databases': [db], 'tenant': false}) }}
+    {%- endif -%}
+    {{ return({'databases': [{'id': '', 'name': '', 'sql_name': raw.get('source_database'), 'server': none, 'guid': none,
+        'time_zone': none}], 'tenant': false}) }}
 {%- endmacro %}

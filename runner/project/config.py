@@ -6,7 +6,9 @@ Spark starts."""
 
 from __future__ import annotations
 
+import fnmatch
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -114,6 +116,112 @@ class KafkaSourceSpec(_Model):
         return self
 
 
+# --- databases (docs/tables.md "Several databases"): the var cdc_databases
+
+# a database's name is a folder of the landing folder (databases/<name>/) and a value of the
+# marts' source_database column: letters, digits, '_', '-' and '.', starting with a letter or digit
+DATABASE_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+# the landing folder that holds the exports of every database but the default one
+DATABASES_FOLDER = "databases"
+
+
+class DatabaseDeclaration(_Model):
+    """One database of the estate: its exports in `databases/<name>/` of the landing folder, or,
+    for the one marked default, at the landing folder's top level (where a one-database project
+    keeps them)."""
+
+    default: bool = False
+    database: StrictStr | None = Field(default=None, min_length=1)  # its name on SQL Server (default: the key)
+    server: StrictStr | None = Field(default=None, min_length=1)  # Debezium: the connector's logical name (source.name)
+    database_guid: StrictStr | None = Field(default=None, min_length=1)  # CES: the GUID starting each event's logicalid
+    time_zone: StrictStr | None = Field(default=None, min_length=1)  # its server's (default: var cdc_source_time_zone)
+
+
+@dataclass(frozen=True)
+class Database:
+    """A database as the runner keys it: `id` '' for the default one (the landing folder's top
+    level, NULL in the raw table's source_database), else its declared name; `name` its declared
+    name ('' when the project declares none); `sql_name` its name on SQL Server (events carry it)."""
+
+    id: str
+    name: str
+    sql_name: str | None = None
+    server: str | None = None
+    guid: str | None = None
+
+    @property
+    def folder(self) -> str:
+        """Its folder in the landing folder, with a trailing slash ('' for the top level)."""
+        return f"{DATABASES_FOLDER}/{self.id}/" if self.id else ""
+
+    def label(self) -> str:
+        return self.name or "the default database"
+
+
+def declared_databases(project_dir: Path) -> dict[str, Database]:
+    """The var cdc_databases, checked, by name (empty when the project declares none: its one
+    database is the default one). UsageError names the database and the field."""
+    declared = project_vars(project_dir).get("cdc_databases") or {}
+    if not isinstance(declared, dict):
+        raise UsageError("var cdc_databases must map each database's name to its settings, e.g. {erp: {}, crm: {database: "
+                         "CRM_Prod}} (docs/tables.md \"Several databases\")")
+    databases, defaults = {}, []
+    for name, settings in declared.items():
+        name = str(name)
+        if not re.match(DATABASE_NAME, name):
+            raise UsageError(f"var cdc_databases: database name {name!r} must be letters, digits, '_', '-' or '.', starting "
+                             "with a letter or digit (it names a folder of the landing folder and a source_database value)")
+        try:
+            d = DatabaseDeclaration.model_validate(settings or {})
+        except ValidationError as exc:
+            raise UsageError(f"var cdc_databases: database '{name}': {explain(exc)} (docs/tables.md \"Several "
+                             "databases\")") from None
+        if d.default:
+            defaults.append(name)
+        databases[name] = Database("" if d.default else name, name, d.database or name, d.server, d.database_guid)
+    if len(defaults) > 1:
+        raise UsageError(f"var cdc_databases: {', '.join(defaults)} are each marked default: true; one database at most is "
+                         "the default one (its exports at the landing folder's top level)")
+    return databases
+
+
+def table_databases(name: str, table: TableDeclaration, databases: dict[str, Database]) -> tuple[list[Database], bool]:
+    """The databases a tracked table reads, and whether it is a tenant table (its marts keyed by
+    source_database too): `databases` (names or patterns, `tenant_*`) fans several into one pair
+    of marts; `database` names its one; neither reads the project's one database, which is the
+    only choice while at most one is declared. UsageError names the table and the remedy."""
+    where = f"tracked table '{name}' in dbt_project.yml"
+    if table.databases is not None and table.source_database:
+        raise UsageError(f"{where}: a tenant table (databases) takes each database's name on SQL Server from var "
+                         "cdc_databases; leave source_database out")
+    if table.databases is not None:
+        found: list[Database] = []
+        for pattern in table.databases:
+            matched = [d for key, d in sorted(databases.items()) if fnmatch.fnmatchcase(key, pattern)]
+            if not matched:
+                raise UsageError(f"{where}: databases: {pattern!r} matches no database of var cdc_databases "
+                                 f"({', '.join(sorted(databases)) or 'none declared'}); declare it there (docs/tables.md "
+                                 "\"Several databases\")")
+            found += [d for d in matched if d not in found]
+        return sorted(found, key=lambda d: d.name), True
+    if table.database is not None:
+        if table.database not in databases:
+            raise UsageError(f"{where}: database '{table.database}' is not declared in var cdc_databases (declared: "
+                             f"{', '.join(sorted(databases)) or 'none'}); declare it there (docs/tables.md \"Several "
+                             "databases\")")
+        db = databases[table.database]
+        if table.source_database and table.source_database.lower() != (db.sql_name or "").lower():
+            raise UsageError(f"{where}: source_database '{table.source_database}' is not the name on SQL Server of its "
+                             f"database '{table.database}' ({db.sql_name}): leave source_database out, or set database: "
+                             f"under var cdc_databases.{table.database}")
+        return [db], False
+    if len(databases) > 1:
+        raise UsageError(f"{where}: the project declares {len(databases)} databases ({', '.join(sorted(databases))}); say "
+                         "which this table comes from: database: <name>, or databases: [<name or pattern>, ...] for one "
+                         "pair of marts over several (docs/tables.md \"Several databases\")")
+    return (list(databases.values()) or [Database("", "")]), False
+
+
 # --- tracked tables (docs/tables.md "Declaring a tracked table"): the fields the runner reads;
 # others (history_columns, soft_deletes, debezium, ...) are the dbt side's to check
 
@@ -144,6 +252,8 @@ class TableDeclaration(_Open):
     channel: Literal["change_tables", "ces", "debezium"] = "change_tables"
     capture_instance: StrictStr | None = None
     capture_instances: list[InstanceDeclaration] | None = Field(default=None, min_length=1)
+    database: StrictStr | None = None  # the declared database it comes from (var cdc_databases)
+    databases: list[StrictStr] | None = Field(default=None, min_length=1)  # a tenant table's: names or patterns
     source_database: StrictStr | None = None
     source_schema: StrictStr | None = None
     source_table: StrictStr | None = None
@@ -153,6 +263,8 @@ class TableDeclaration(_Open):
 
     @model_validator(mode="after")
     def _instances(self) -> TableDeclaration:
+        if self.database is not None and self.databases is not None:
+            raise ValueError("give database (its one database) or databases (a tenant table over several), one")
         if self.channel == "change_tables":
             if (self.capture_instance is None) == (self.capture_instances is None):
                 raise ValueError("give capture_instance or capture_instances (a table captured by several), one")
@@ -169,7 +281,8 @@ class TableDeclaration(_Open):
 
 
 def tracked_table_declarations(project_dir: Path) -> dict[str, TableDeclaration]:
-    """The var cdc_tracked_tables, checked (UsageError names the table and the field)."""
+    """The var cdc_tracked_tables, checked, each table's databases among them (UsageError names
+    the table and the field)."""
     checked = {}
     for name, declared in declared_tables(project_dir).items():
         try:
@@ -177,6 +290,9 @@ def tracked_table_declarations(project_dir: Path) -> dict[str, TableDeclaration]
         except ValidationError as exc:
             raise UsageError(f"tracked table '{name}' in dbt_project.yml: {explain(exc)} (docs/tables.md "
                              "\"Declaring a tracked table\")") from None
+    databases = declared_databases(project_dir)
+    for name, table in checked.items():
+        table_databases(name, table, databases)
     return checked
 
 

@@ -260,41 +260,52 @@ def run_pipeline(project_dir: Path, target, landing_dir: Path | str | Folder, *,
 
 def _finish_args(the_plan: plan.Plan, facts: plan.Facts, outcome: plan.Outcome, started_at: datetime,
                  stopped: list[str]) -> dict:
-    """What finish_run records: the ledger row's fields, the per-table counts to take, the moved
+    """What finish_run records: the ledger row's fields, the counts to take per tracked table and
+    database it reads (in a project of several databases each row names its database), the moved
     watermarks."""
     previous = facts.previous.tables if facts.previous else {}
+    several = any(db for t in facts.tables for db in t.databases)
     tables = []
     for t in facts.tables:
-        current = the_plan.models[t.current]
-        mark = outcome.watermarks.get(t.current, plan.Watermark())
-        tables.append({
-            "name": t.name, "channel": t.channel, "staging": t.staging,
-            "staged": outcome.watermarks.get(t.staging, plan.Watermark()).batch == the_plan.run_id,
-            "applied": t.current in outcome.built and t.history in outcome.built,
-            "lower_lsn": current.lower_lsn, "lower_batch": current.lower_batch,
-            "lsn_reached": mark.lsn, "batch_reached": mark.batch, "advanced": outcome.advanced.get(t.current, False),
-            "current_rows": (previous.get(t.name) or {}).get("current_rows"),
-            "history_versions": (previous.get(t.name) or {}).get("history_versions"),
-        })
+        parts = {p.database: p for p in the_plan.models[t.current].parts}
+        for db in t.databases:
+            mark = outcome.watermarks.get(plan.dbkey(db, t.current), plan.Watermark())
+            part, before = parts.get(db), previous.get(plan.dbkey(db, t.name)) or {}
+            retention = the_plan.retention.get(db)
+            tables.append({
+                "name": t.name, "channel": t.channel, "staging": t.staging, "tenant": t.tenant, "database_id": db,
+                "source_database": facts.database_names.get(db, db) if several else None,
+                "staged": outcome.watermarks.get(t.staging, plan.Watermark()).batch == the_plan.run_id,
+                "applied": t.current in outcome.built and t.history in outcome.built and (part is not None or not t.tenant),
+                "lower_lsn": part.lower_lsn if part else (facts.mark(t.current, db).lsn or ""),
+                "lower_batch": part.lower_batch if part else (facts.mark(t.current, db).batch or ""),
+                "lsn_reached": mark.lsn, "batch_reached": mark.batch,
+                "advanced": outcome.advanced.get(plan.dbkey(db, t.current), False),
+                "current_rows": before.get("current_rows"), "history_versions": before.get("history_versions"),
+                "capture_lsn": the_plan.landed_lsn.get(plan.dbkey(db, "change_tables")),
+                "retention_minutes": retention.minutes if retention else None,
+            })
     streams = [{"channel": channel, "counted": outcome.watermarks.get(model, plan.Watermark()).batch == the_plan.run_id,
                 "quarantined_total": (facts.previous.streams.get(channel, {}) if facts.previous else {}).get("quarantined_total")}
                for channel, model in plan.EVENT_MODELS.items() if any(t.channel == channel for t in facts.tables)]
-    moved = [{"model": name, "lsn": w.lsn, "batch": w.batch, "declaration": w.declaration}
-             for name, w in sorted(outcome.watermarks.items()) if facts.watermarks.get(name) != w]
+    moved = [{"model": model, "database": db or None, "lsn": w.lsn, "batch": w.batch, "declaration": w.declaration}
+             for key, w in sorted(outcome.watermarks.items()) if facts.watermarks.get(key) != w
+             for db, model in [plan.split_dbkey(key)]]
     run = {
         "run_id": the_plan.run_id, "started_at": started_at.strftime("%Y-%m-%d %H:%M:%S.%f"), "status": outcome.status,
         "full_refresh": the_plan.full_refresh, "since_run_id": the_plan.since, "landed": facts.landed_now,
         "landed_lsn": {k: v for k, v in the_plan.landed_lsn.items() if v},
         "upper_lsn": {k: v for k, v in the_plan.upper_lsn.items() if v},
         "upper_batch": {k: v for k, v in the_plan.upper_batch.items() if v},
-        "exported_lsn": {k: v for k, v in the_plan.export.exported.items() if v},
-        "manifests_from": the_plan.export.manifests_from, "refused": [*facts.refused, *stopped],
+        "exported_lsn": {k: v for k, v in the_plan.exported.items() if v},
+        "manifests_from": the_plan.manifests_from, "refused": [*facts.refused, *stopped],
         "failed_nodes": outcome.failed,
         "landed_through": {k: {"lsn": v.lsn, "batch": v.batch} for k, v in sorted(the_plan.landed.items())},
-        "plan": the_plan.to_json(outcome), "retention_minutes": the_plan.retention.landed,
+        "plan": the_plan.to_json(outcome),
+        "retention_minutes": the_plan.retention[""].landed if "" in the_plan.retention else None,
+        "retentions": {db: r.landed for db, r in the_plan.retention.items() if r.landed is not None},
     }
-    return {"run": run, "tables": tables, "streams": streams, "watermarks": moved,
-            "capture_lsn": the_plan.landed_lsn.get("change_tables"), "retention_minutes": the_plan.retention.minutes}
+    return {"run": run, "tables": tables, "streams": streams, "watermarks": moved}
 
 
 def _land_kafka(target, sources: list, batch_id: str, accept_gap, progress) -> list[str]:

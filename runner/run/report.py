@@ -8,6 +8,7 @@ from decimal import Decimal
 
 import agate
 
+from runner.run.plan import dbkey
 from runner.run.watchdog import Activity
 from runner.sources import landing
 
@@ -41,34 +42,42 @@ def _headroom(seconds: object) -> str:
                                       else f"{abs(s) // 3600}h{abs(s) % 3600 // 60:02d}m")
 
 
-def headroom_warnings(rows: list[dict[str, object]], retention, min_hours: float | None) -> list[str]:
-    """A WARNING per change-table table whose retention headroom (finish_run's headroom_seconds:
-    how long until SQL Server's cleanup reaches its first change not applied yet) is under
-    `min_hours`, or already past (always): the run after cleanup gets there stops the table at
-    a gap. Also why a landed cdc_jobs retention was not taken."""
-    lines = [f"WARNING {retention.problem}"] if retention.problem else []
-    source = "from cdc_jobs" if retention.landed is not None else "the default: land a cdc_jobs export to give yours"
+def headroom_warnings(rows: list[dict[str, object]], retentions: dict, min_hours: float | None) -> list[str]:
+    """A WARNING per change-table table (and database) whose retention headroom (finish_run's
+    headroom_seconds: how long until SQL Server's cleanup reaches its first change not applied yet)
+    is under `min_hours`, or already past (always): the run after cleanup gets there stops the
+    table at a gap. Also why a landed cdc_jobs retention was not taken. retentions: each
+    database's (runner/run/plan.py Plan.retention)."""
+    lines = [f"WARNING {r.problem}" for _, r in sorted(retentions.items()) if r.problem]
     for r in rows:
         seconds = r.get("headroom_seconds")
         if seconds is None:
             continue
+        db = r.get("database_id") or ""
+        retention = retentions.get(db) or next(iter(retentions.values()))
+        source = "from cdc_jobs" if retention.landed is not None else "the default: land a cdc_jobs export to give yours"
         if seconds < 0 or (min_hours is not None and seconds < min_hours * 3600):
             when = (f"may already have removed changes it has not applied ({_headroom(-seconds)} ago)" if seconds < 0
                     else f"reaches its first change not applied yet in {_headroom(seconds)}")
-            lines.append(f"WARNING {r['tracked_table']}: SQL Server's cleanup (retention {retention.minutes} minutes, "
-                         f"{source}) {when}; run more often, or raise the retention (sys.sp_cdc_change_job "
+            where = f" ({r['source_database']})" if r.get("source_database") else ""
+            lines.append(f"WARNING {r['tracked_table']}{where}: SQL Server's cleanup (retention {retention.minutes} "
+                         f"minutes, {source}) {when}; run more often, or raise the retention (sys.sp_cdc_change_job "
                          "@job_type = 'cleanup', @retention = ...)")
     return lines
 
 
 def summary_table(rows: list[dict[str, object]]) -> agate.Table:
-    names = ["tracked table", "rows landed", "quarantined", "changes applied", "LSN reached", "lag behind capture",
-             "retention headroom", "current rows", "history versions"]
-    types = [agate.Text(), agate.Number(), agate.Number(), agate.Number(), agate.Text(), agate.Text(), agate.Text(),
-             agate.Number(), agate.Number()]
+    """The closing summary, a row per tracked table (and, in a project of several databases, per
+    database it reads: a `database` column after the table's)."""
+    several = any(r.get("source_database") for r in rows)
+    names = ["tracked table", *(["database"] if several else []), "rows landed", "quarantined", "changes applied",
+             "LSN reached", "lag behind capture", "retention headroom", "current rows", "history versions"]
+    types = [agate.Text(), *([agate.Text()] if several else []), agate.Number(), agate.Number(), agate.Number(),
+             agate.Text(), agate.Text(), agate.Text(), agate.Number(), agate.Number()]
     data = [
         (
             r["tracked_table"],
+            *([r.get("source_database") or "-"] if several else []),
             r["rows_landed"],
             r["quarantined"],
             r["changes_applied"],
@@ -105,21 +114,24 @@ def landing_lines(facts, plan) -> list[str]:
     lines = [f"REFUSED {reason}" for reason in facts.refused]
     lines += [f"note: {item}" for item in facts.ignored]
     lines += waiting_lines(facts.waiting)
-    for gap in plan.export.gaps:
-        lines.append(f"export gap in {gap}: the cut stays below the gap until the missing export lands")
-    held = plan.export.held_back
-    if held:
-        reached = f"reaches 0x{held['exported_lsn']}" if held["exported_lsn"] else "has no manifest landed yet"
-        stop = f"stops at 0x{held['exported_lsn']}" if held["exported_lsn"] else "waits"
-        lines.append(f"cut held back by {held['table']}: its export ({held['capture_instance']}) {reached}, capture has "
-                     f"reached 0x{held['captured_lsn']}; every change-table mart {stop} until its next export lands "
-                     "(the summary's lag shows how far behind)")
+    for db, cut in sorted(plan.export.items()):
+        where = f" of {facts.database_label(db)}" if db else ""
+        for gap in cut.gaps:
+            lines.append(f"export gap in {gap}{where}: the cut stays below the gap until the missing export lands")
+        held = cut.held_back
+        if held:
+            reached = f"reaches 0x{held['exported_lsn']}" if held["exported_lsn"] else "has no manifest landed yet"
+            stop = f"stops at 0x{held['exported_lsn']}" if held["exported_lsn"] else "waits"
+            lines.append(f"cut{where} held back by {held['table']}: its export ({held['capture_instance']}) {reached}, "
+                         f"capture{where} has reached 0x{held['captured_lsn']}; every change-table mart{where} {stop} until "
+                         "its next export lands (the summary's lag shows how far behind)"
+                         + ("; the other databases' marts go on" if db or len(plan.export) > 1 else ""))
+        if cut.without_manifest:
+            lines.append(f"WARNING capture instance(s) {', '.join(cut.without_manifest)}{where} land without export "
+                         "manifests: their marts advance to the largest landed lsn_time_mapping LSN, so rows of theirs "
+                         "exported later than that mapping land below the marts' watermark and make a run rebuild those "
+                         "marts from staging (docs/landing.md \"Export manifests\")")
     lines += [f"WARNING snapshot of {stale}" for stale in plan.stale_snapshots]
-    if plan.export.without_manifest:
-        lines.append(f"WARNING capture instance(s) {', '.join(plan.export.without_manifest)} land without export manifests: "
-                     "their marts advance to the largest landed lsn_time_mapping LSN, so rows of theirs exported later than "
-                     "that mapping land below the marts' watermark and make a run rebuild those marts from staging "
-                     "(docs/landing.md \"Export manifests\")")
     return lines
 
 
@@ -129,7 +141,8 @@ def waiting_lines(waiting) -> list[str]:
     groups: dict[tuple[str, str], list[dict]] = {}
     for item in waiting:
         parts = item["file"].split("/")
-        folder = "/".join(parts[:2]) if len(parts) > 2 else parts[0]
+        depth = 4 if parts[0] == "databases" else 2  # [databases/<database>/]<kind>/<entity>
+        folder = "/".join(parts[:depth]) if len(parts) > depth else "/".join(parts[:-1]) or parts[0]
         groups.setdefault((folder, item.get("wait") or ""), []).append(item)
     lines = []
     for (folder, wait), items in sorted(groups.items()):
@@ -149,11 +162,12 @@ def window_lines(facts, plan) -> list[str]:
     """Each channel's window bound, and what the run builds: the tables with changes in their
     window (the others cost nothing), the tables stopped at a gap."""
     lines = []
-    for channel in sorted({t.channel for t in facts.tables}):
-        if plan.upper_lsn.get(channel):
-            lines.append(f"window ({channel}): changes up to LSN 0x{plan.upper_lsn[channel]} (one bound for its tables)")
+    for channel, db in sorted({(t.channel, db) for t in facts.tables for db in t.databases}):
+        where, key = f", {facts.database_label(db)}" if db else "", dbkey(db, channel)
+        if plan.upper_lsn.get(key):
+            lines.append(f"window ({channel}{where}): changes up to LSN 0x{plan.upper_lsn[key]} (one bound for its tables)")
         else:
-            lines.append(f"window ({channel}): nothing landed yet to apply")
+            lines.append(f"window ({channel}{where}): nothing landed yet to apply")
     applying = sorted(name for name, t in plan.tables.items() if t.apply)
     if plan.status != "nothing_to_do" and not plan.full_refresh and not plan.select:
         unchanged = len(plan.tables) - len(applying) - sum(1 for t in plan.tables.values() if t.gap or t.waits)

@@ -33,7 +33,7 @@ from runner.run.plan import (
     report_keys,
     retention,
 )
-from runner.run.report import headroom_warnings
+from runner.run.report import headroom_warnings, landing_lines
 from runner.sources import landing
 
 CUSTOMERS = Table("customers", "change_tables", (("dbo_customers", False),), "d1")
@@ -51,7 +51,7 @@ def report(**given) -> dict:
     empty = {"run_id": "b2", "tables": [], "previous": None, "landed_now": {}, "arrived": {}, "event_arrivals": [],
              "manifests": [], "snapshots": [], "watermarks": {}, "relations": [],
              "instance_min_lsn": {}, "views_digest": "", "seeds": {},
-             "late_commit_times": {}, "cdc_jobs_retention": None}
+             "late_commit_times": {}, "cdc_jobs_retention": {}, "database_names": {}}
     return {**empty, **given}
 
 
@@ -478,20 +478,20 @@ def test_event_tables_build_when_their_events_arrive_and_segments_count_for_ever
     split = plan_run(facts(tables=tables, arrived=arrived(ces=(11, 20)), ces_unrouted="b2"))
     assert split.tables["employees"].apply and split.tables["departments"].apply
     # the end of a Debezium snapshot completes it for every Debezium table
-    ended = plan_run(facts(arrived=arrived(debezium=(11, 20)), debezium_snapshot_end="b2"))
+    ended = plan_run(facts(arrived=arrived(debezium=(11, 20)), debezium_snapshot_end={"": "b2"}))
     assert ended.tables["products"].apply
     out = advance(split, facts(tables=tables), [NodeResult(m, "model", "success") for m in split.build])
     assert out.watermarks["employees_current"] == Watermark(lsn(20), "b2", "d3")
 
 
 def test_event_arrivals_give_each_channel_every_line_and_each_table_its_complete_events():
-    rows = [  # channel, route, complete, snapshot_end, lsn, batch, records, min_lsn
-        ["ces", "employees", True, False, lsn(12), "b3", 2, lsn(11)],
-        ["ces", "employees", False, False, None, "b4", 1, None],  # untrusted: counts for the channel only
-        ["ces", "?", False, False, None, "b4", 1, None],  # a segment of a message not reassembled yet
-        ["ces", None, True, False, lsn(30), "b2", 5, lsn(5)],  # another database's table
-        ["debezium", "items", True, True, lsn(7), "b3", 4, lsn(6)],
-        ["debezium", "items", True, False, lsn(9), "b2", 1, lsn(9)],
+    rows = [  # channel, database, route, complete, snapshot_end, lsn, batch, records, min_lsn
+        ["ces", "", "employees", True, False, lsn(12), "b3", 2, lsn(11)],
+        ["ces", "", "employees", False, False, None, "b4", 1, None],  # untrusted: counts for the channel only
+        ["ces", "", "?", False, False, None, "b4", 1, None],  # a segment of a message not reassembled yet
+        ["ces", "", None, True, False, lsn(30), "b2", 5, lsn(5)],  # another table of the project's database
+        ["debezium", "", "items", True, True, lsn(7), "b3", 4, lsn(6)],
+        ["debezium", "", "items", True, False, lsn(9), "b2", 1, lsn(9)],
     ]
     got = event_arrivals(rows)
     assert got["arrived"] == {
@@ -499,8 +499,8 @@ def test_event_arrivals_give_each_channel_every_line_and_each_table_its_complete
         "ces:employees": {"lsn": lsn(12), "min_lsn": lsn(11), "batch": "b3", "records": 2},
         "debezium": {"lsn": lsn(9), "min_lsn": lsn(6), "batch": "b3", "records": 5},
         "debezium:items": {"lsn": lsn(9), "min_lsn": lsn(6), "batch": "b3", "records": 5}}
-    assert got["ces_unrouted"] == "b4" and got["debezium_snapshot_end"] == "b3"
-    assert event_arrivals([]) == {"arrived": {}, "ces_unrouted": None, "debezium_snapshot_end": None}
+    assert got["ces_unrouted"] == "b4" and got["debezium_snapshot_end"] == {"": "b3"}
+    assert event_arrivals([]) == {"arrived": {}, "ces_unrouted": None, "debezium_snapshot_end": {}}
 
 
 def test_kafka_landed_events_plan_as_file_lines_and_offsets_rows_count_for_nothing():
@@ -510,7 +510,7 @@ def test_kafka_landed_events_plan_as_file_lines_and_offsets_rows_count_for_nothi
         run_id="b2", tables=[{"name": "employees", "channel": "ces", "instances": [], "digest": "d3"}],
         previous={"run_id": "b1", "landed": {"ces": {"lsn": lsn(10), "batch": "b1"}}},
         landed_now={"ces/orders-topic": 2},
-        event_arrivals=[["ces", "employees", True, False, lsn(12), "b2", 2, lsn(11)]],
+        event_arrivals=[["ces", "", "employees", True, False, lsn(12), "b2", 2, lsn(11)]],
         watermarks={"employees_current": {"lsn": lsn(10), "batch": "b1", "declaration": "d3"},
                     "employees_history": {"lsn": lsn(10), "batch": "b1", "declaration": "d3"},
                     "stg_ces__employees": {"batch": "b1"}, "stg_ces__events": {"batch": "b1"}},
@@ -595,18 +595,19 @@ def test_cleanup_retention_comes_from_the_newest_cdc_jobs_export_and_is_carried_
     value then holds for the runs after (the ledger keeps it); a value that is not a whole number
     of minutes keeps the one before, saying why."""
     assert retention(facts()) == Retention(4320, None)
-    assert retention(facts(cdc_jobs_retention="1440")) == Retention(1440, 1440)
-    assert retention(facts(cdc_jobs_retention="720.0")) == Retention(720, 720)
-    carried = facts("b3", previous=previous(retention_minutes=1440))
+    assert retention(facts(cdc_jobs_retention={"": "1440"})) == Retention(1440, 1440)
+    assert retention(facts(cdc_jobs_retention={"": "720.0"})) == Retention(720, 720)
+    carried = facts("b3", previous=previous(retentions={"": 1440}))
     assert retention(carried) == Retention(1440, 1440)
-    bad = retention(facts("b3", previous=previous(retention_minutes=1440), cdc_jobs_retention="three days"))
+    bad = retention(facts("b3", previous=previous(retentions={"": 1440}), cdc_jobs_retention={"": "three days"}))
     assert (bad.minutes, bad.landed) == (1440, 1440)
     assert bad.problem == ("cdc_jobs: the cleanup job's retention 'three days' is not a whole number of minutes; "
                            "keeping 1440 minutes")
-    assert retention(facts(cdc_jobs_retention="-5")).problem.endswith("keeping 4320 minutes (the default)")
-    assert plan_run(facts(cdc_jobs_retention="60")).retention.minutes == 60
+    assert retention(facts(cdc_jobs_retention={"": "-5"})).problem.endswith("keeping 4320 minutes (the default)")
+    assert plan_run(facts(cdc_jobs_retention={"": "60"})).retention[""].minutes == 60
+    # a ledger row of an earlier release keeps the default database's retention alone
     row = {"run_id": "b1", "retention_minutes": 1440}
-    assert facts_from_report(report(previous=row)).previous.retention_minutes == 1440
+    assert facts_from_report(report(previous=row)).previous.retentions == {"": 1440}
 
 
 def test_headroom_warns_under_the_threshold_and_always_once_cleanup_may_have_passed():
@@ -614,10 +615,269 @@ def test_headroom_warns_under_the_threshold_and_always_once_cleanup_may_have_pas
             {"tracked_table": "orders", "headroom_seconds": 3 * 86400},
             {"tracked_table": "late", "headroom_seconds": -7200},
             {"tracked_table": "employees", "headroom_seconds": None}]
-    assert headroom_warnings(rows, Retention(4320, None), None) == [
+    assert headroom_warnings(rows, {"": Retention(4320, None)}, None) == [
         ("WARNING late: SQL Server's cleanup (retention 4320 minutes, the default: land a cdc_jobs export to give yours) "
         "may already have removed changes it has not applied (2h00m ago); run more often, or raise the retention "
         "(sys.sp_cdc_change_job @job_type = 'cleanup', @retention = ...)")]
-    warned = headroom_warnings(rows, Retention(4320, 4320, "cdc_jobs: ..."), 12)
+    warned = headroom_warnings(rows, {"": Retention(4320, 4320, "cdc_jobs: ...")}, 12)
     assert [w.split(":")[0] for w in warned] == ["WARNING cdc_jobs", "WARNING customers", "WARNING late"]
     assert "(retention 4320 minutes, from cdc_jobs) reaches its first change not applied yet in 5h12m" in warned[1]
+
+
+# ---- several databases (docs/tables.md "Several databases"): every LSN decision per database
+
+def dblsn(db: str, n: int) -> str:
+    """An LSN of database `db`: erp's far below crm's, each its own LSN space."""
+    return f"{(0x10_00000100_0000 if db == 'erp' else 0x7F00_00000900_0000) + n:020X}"
+
+
+ERP_ORDERS = Table("erp_orders", "change_tables", (("dbo_orders", False),), "e1", ("erp",))
+CRM_ORDERS = Table("crm_orders", "change_tables", (("dbo_orders", False),), "c1", ("crm",))
+TENANT_ORDERS = Table("orders", "change_tables", (("dbo_orders", False),), "tenant:t1", ("t1", "t2", "t3"), tenant=True)
+NAMES = {"erp": "erp", "crm": "crm", "t1": "t1", "t2": "t2", "t3": "t3"}
+
+
+def db_arrivals(db: str, table: Table, low: int, high: int, batch: str = "b2") -> dict[str, Landed]:
+    """The mapping and a table's changes of one database landed in `batch`, with their LSNs."""
+    return {f"databases/{db}/cdc_metadata/lsn_time_mapping": Landed(dblsn(db, high), batch, dblsn(db, low)),
+            f"databases/{db}/change_tables/{table.instances[0][0]}": Landed(dblsn(db, high - 1), batch, dblsn(db, low + 1))}
+
+
+def db_settled(*tables: Table, upper: int = 10) -> dict[str, Watermark]:
+    """Each table's marts at `upper` in each of its databases, staging at b1."""
+    marks = {m: Watermark(batch="b1") for m in SHARED[:5]} | {"cdc_quarantine": Watermark(batch="b1", declaration="v")}
+    for t in tables:
+        marks[t.staging] = Watermark(batch="b1")
+        for db in t.databases:
+            for m in t.marts:
+                marks[f"databases/{db}/{m}"] = Watermark(dblsn(db, upper), None, t.digest)
+    return marks
+
+
+def db_facts(*tables: Table, **kw) -> Facts:
+    kw.setdefault("relations", relations(*tables))
+    kw.setdefault("watermarks", db_settled(*tables))
+    kw.setdefault("previous", PreviousRun("b1", {f"databases/{db}/cdc_metadata/lsn_time_mapping": Landed(dblsn(db, 10), "b1")
+                                                 for t in tables for db in t.databases}))
+    kw.setdefault("views_digest", "v")
+    kw.setdefault("database_names", NAMES)
+    return Facts(run_id=kw.pop("run_id", "b2"), tables=tuple(tables), **kw)
+
+
+def test_two_databases_sharing_a_capture_instance_apply_each_in_its_own_lsn_space():
+    """dbo_orders exists in erp and crm; crm's LSNs lie far above erp's. Each table's bound is its
+    own database's mapping, so both apply in full, and neither's LSNs bound the other's."""
+    f = db_facts(ERP_ORDERS, CRM_ORDERS, arrived={**db_arrivals("erp", ERP_ORDERS, 11, 20),
+                                                  **db_arrivals("crm", CRM_ORDERS, 11, 30)})
+    p = plan_run(f)
+    assert p.upper_lsn["databases/erp/change_tables"] == dblsn("erp", 20)
+    assert p.upper_lsn["databases/crm/change_tables"] == dblsn("crm", 30)
+    assert p.tables["erp_orders"].apply and p.tables["crm_orders"].apply
+    erp, crm = p.models["erp_orders_current"], p.models["crm_orders_current"]
+    assert (erp.lower_lsn, erp.upper_lsn) == (dblsn("erp", 10), dblsn("erp", 20))
+    assert (crm.lower_lsn, crm.upper_lsn) == (dblsn("crm", 10), dblsn("crm", 30))
+    assert [part.database for part in erp.parts] == ["erp"] and not erp.tenant
+    # staging and the metadata models take in both databases' batches
+    assert {"stg_change_tables__erp_orders", "stg_change_tables__crm_orders", "stg_cdc_metadata__lsn_time_mapping"} <= set(p.build)
+    out = advance(p, f, [NodeResult(m, "model", "success") for m in p.build])
+    assert out.watermarks["databases/erp/erp_orders_current"] == Watermark(dblsn("erp", 20), None, "e1")
+    assert out.watermarks["databases/crm/crm_orders_current"] == Watermark(dblsn("crm", 30), None, "c1")
+    # the window as the models read it: a table of one database has no parts, its bounds its own
+    assert "parts" not in json.loads(json.dumps(p.var()))["models"]["erp_orders_current"]
+
+
+def test_a_lagging_export_holds_only_its_own_databases_tables():
+    """crm's exports come with manifests and lag its mapping: crm's tables stop at its cut, named;
+    erp's go on to erp's mapping."""
+    f = db_facts(ERP_ORDERS, CRM_ORDERS,
+                 arrived={**db_arrivals("erp", ERP_ORDERS, 11, 20), **db_arrivals("crm", CRM_ORDERS, 11, 30)},
+                 manifests=(Manifest("dbo_orders", dblsn("crm", 10), dblsn("crm", 18), "b2", "crm"),))
+    p = plan_run(f)
+    assert p.upper_lsn["databases/crm/change_tables"] == dblsn("crm", 18)
+    assert p.upper_lsn["databases/erp/change_tables"] == dblsn("erp", 20)
+    assert p.export["crm"].held_back == {"table": "crm_orders", "capture_instance": "dbo_orders",
+                                         "exported_lsn": dblsn("crm", 18), "captured_lsn": dblsn("crm", 30)}
+    assert p.export["erp"].held_back is None and p.export["erp"].without_manifest == ["dbo_orders"]
+    assert p.exported == {"databases/crm/dbo_orders": dblsn("crm", 18)}
+
+    held = [line for line in landing_lines(f, p) if line.startswith("cut")]
+    assert held == [(f"cut of crm held back by crm_orders: its export (dbo_orders) reaches 0x{dblsn('crm', 18)}, capture of "
+                    f"crm has reached 0x{dblsn('crm', 30)}; every change-table mart of crm stops at 0x{dblsn('crm', 18)} "
+                    "until its next export lands (the summary's lag shows how far behind); the other databases' marts go on")]
+    # the next run carries crm's reach by its key; erp's manifests start a chain of their own
+    nxt = export_cut((CRM_ORDERS,), (), {"dbo_orders": dblsn("crm", 18)}, dblsn("crm", 30), False)
+    assert nxt.cut == dblsn("crm", 18)
+
+
+def test_a_tenant_table_applies_each_database_that_changed_and_moves_the_others_to_their_bound():
+    """One declaration over t1, t2 and t3: a run with changes in t1 and t3 gives the marts' window
+    one part each (their own bounds); t2, with nothing new, is no part and moves to its bound."""
+    arrived_now = {**db_arrivals("t1", TENANT_ORDERS, 11, 20), **db_arrivals("t3", TENANT_ORDERS, 11, 14),
+                   "databases/t2/cdc_metadata/lsn_time_mapping": Landed(dblsn("t2", 25), "b2", dblsn("t2", 11))}
+    f = db_facts(TENANT_ORDERS, arrived=arrived_now)
+    p = plan_run(f)
+    w = p.models["orders_history"]
+    assert w.tenant and not w.full
+    assert [(part.database, part.name, part.lower_lsn, part.upper_lsn) for part in w.parts] == [
+        ("t1", "t1", dblsn("t1", 10), dblsn("t1", 20)), ("t3", "t3", dblsn("t3", 10), dblsn("t3", 14))]
+    assert w.lower_lsn == "" and w.upper_lsn is None  # a tenant mart's bounds are its parts'
+    assert p.tables["orders"].apply and p.tables["orders"].databases["t2"].apply is False
+    assert [part["database"] for part in p.var()["models"]["orders_history"]["parts"]] == ["t1", "t3"]
+    out = advance(p, f, [NodeResult(m, "model", "success") for m in p.build])
+    assert out.watermarks["databases/t1/orders_history"].lsn == dblsn("t1", 20)
+    assert out.watermarks["databases/t3/orders_history"].lsn == dblsn("t3", 14)
+    assert out.watermarks["databases/t2/orders_history"].lsn == dblsn("t2", 25)  # nothing of it: at its bound
+    assert all(out.advanced[f"databases/{db}/orders_current"] for db in ("t1", "t2", "t3"))
+    # a plain dbt build afterwards has an empty part per database
+    plain = plain_windows(p, out)["orders_current"]
+    assert [(x["database"], x["lower_lsn"], x["upper_lsn"]) for x in plain["remaining"]["parts"]] == [
+        ("t1", dblsn("t1", 20), dblsn("t1", 20)), ("t3", dblsn("t3", 14), dblsn("t3", 14))]
+    # its mart failed: no database moves
+    failed = advance(p, f, [NodeResult(m, "model", "error" if m == "orders_current" else "success") for m in p.build])
+    assert failed.watermarks["databases/t2/orders_current"].lsn == dblsn("t2", 10)
+    assert not failed.advanced["databases/t1/orders_current"]
+
+
+def test_a_tenant_database_that_joins_later_builds_its_history_from_its_first_export():
+    """t3 is added to the declaration after the first runs: its part has no watermark, so it
+    applies everything of t3 up to t3's bound, while t1's part applies only what is new."""
+    marks = db_settled(TENANT_ORDERS)
+    for m in TENANT_ORDERS.marts:
+        del marks[f"databases/t3/{m}"]
+    f = db_facts(TENANT_ORDERS, watermarks=marks,
+                 arrived={**db_arrivals("t1", TENANT_ORDERS, 11, 12), **db_arrivals("t3", TENANT_ORDERS, 1, 9)})
+    p = plan_run(f)
+    parts = {part.database: part for part in p.models["orders_current"].parts}
+    assert (parts["t3"].lower_lsn, parts["t3"].upper_lsn) == ("", dblsn("t3", 10))
+    assert (parts["t1"].lower_lsn, parts["t1"].upper_lsn) == (dblsn("t1", 10), dblsn("t1", 12))
+    assert not p.models["orders_current"].full
+
+
+def test_a_gap_in_one_tenant_database_stops_that_database_only_and_fails_the_run_naming_it():
+    f = db_facts(TENANT_ORDERS, arrived={**db_arrivals("t1", TENANT_ORDERS, 11, 20), **db_arrivals("t2", TENANT_ORDERS, 14, 20)},
+                 instance_min_lsn={"databases/t2/dbo_orders": dblsn("t2", 14), "databases/t1/dbo_orders": dblsn("t1", 1)})
+    p = plan_run(f)
+    assert [part.database for part in p.models["orders_current"].parts] == ["t1"]
+    gap = p.tables["orders"].databases["t2"].gap
+    assert gap.startswith(f"gap detected for tracked table orders in t2: its marts need changes from LSN "
+                          f"{dblsn('t2', 11)} but capture instance dbo_orders in t2 now starts at {dblsn('t2', 14)}")
+    assert "Land a snapshot of orders from t2 (in databases/t2/snapshots/) taken at or after LSN" in gap
+    out = advance(p, f, [NodeResult(m, "model", "success") for m in p.build])
+    assert out.status == "failed" and out.failed == [f"table orders: {gap}"]
+    assert out.watermarks["databases/t1/orders_current"].lsn == dblsn("t1", 20)
+    assert out.watermarks["databases/t2/orders_current"].lsn == dblsn("t2", 10)  # held at its gap
+    assert not out.advanced["databases/t2/orders_current"]
+
+
+def test_snapshots_late_rows_and_refused_exports_are_per_database():
+    # a snapshot of t2 reconciles t2's part only
+    f = db_facts(TENANT_ORDERS, arrived={**db_arrivals("t1", TENANT_ORDERS, 11, 20), **db_arrivals("t2", TENANT_ORDERS, 11, 20)},
+                 snapshots=(Snapshot("orders", dblsn("t2", 15), "b2", "t2"),))
+    parts = {part.database: part for part in plan_run(f).models["orders_current"].parts}
+    assert (parts["t2"].snapshot_lsn, parts["t2"].reconcile, parts["t2"].lower_lsn) == (dblsn("t2", 15), True, dblsn("t2", 15))
+    assert parts["t1"].snapshot_lsn is None
+    # rows of t1 below t1's watermark rebuild the whole tenant mart (every database's part, from scratch)
+    late = dict(db_arrivals("t1", TENANT_ORDERS, 11, 20))
+    late["databases/t1/change_tables/dbo_orders"] = Landed(dblsn("t1", 19), "b2", dblsn("t1", 3))
+    p = plan_run(db_facts(TENANT_ORDERS, arrived=late))
+    assert p.tables["orders"].databases["t1"].late == dblsn("t1", 3) and p.models["orders_history"].full
+    assert [part.database for part in p.models["orders_history"].parts] == ["t1", "t2", "t3"]
+    # a commit time that came late, of t3
+    timed = plan_run(db_facts(TENANT_ORDERS, arrived=db_arrivals("t3", TENANT_ORDERS, 11, 20),
+                              late_commit_times={"databases/t3/orders": dblsn("t3", 6)}))
+    assert timed.tables["orders"].late == dblsn("t3", 6)
+    # an export of t2 refused: t2 waits, t1 goes on
+    held = plan_run(db_facts(TENANT_ORDERS, arrived={**db_arrivals("t1", TENANT_ORDERS, 11, 20),
+                                                     **db_arrivals("t2", TENANT_ORDERS, 11, 20)},
+                             refused=("databases/t2/change_tables/dbo_orders/e4.csv: cut short",)))
+    assert held.tables["orders"].databases["t2"].gap.startswith(
+        "tracked table orders in t2 waits: databases/t2/change_tables/dbo_orders/e4.csv was refused")
+    assert held.tables["orders"].databases["t1"].apply
+    # an export of t1 still being written: t1 waits this run, t2 applies
+    written = plan_run(db_facts(TENANT_ORDERS, arrived={**db_arrivals("t1", TENANT_ORDERS, 11, 20),
+                                                        **db_arrivals("t2", TENANT_ORDERS, 11, 20)}),
+                       Options(unsettled=("databases/t1/change_tables/dbo_orders/e5.csv",)))
+    assert written.tables["orders"].databases["t1"].waits and written.tables["orders"].databases["t2"].apply
+    # the same capture instance's folder in the default database holds nothing of theirs
+    other = plan_run(db_facts(TENANT_ORDERS, arrived=db_arrivals("t1", TENANT_ORDERS, 11, 20),
+                              refused=("change_tables/dbo_orders/e4.csv: cut short",)))
+    assert other.tables["orders"].gap is None
+
+
+def test_retention_and_replays_are_per_database():
+    f = db_facts(ERP_ORDERS, CRM_ORDERS, cdc_jobs_retention={"crm": "60"},
+                 previous=PreviousRun("b1", {}, retentions={"erp": 1440}))
+    p = plan_run(f)
+    assert p.retention == {"crm": Retention(60, 60), "erp": Retention(1440, 1440)}
+    bad = plan_run(db_facts(ERP_ORDERS, cdc_jobs_retention={"erp": "soon"}))
+    assert bad.retention["erp"].problem.startswith("cdc_jobs of erp: the cleanup job's retention 'soon'")
+    # Debezium events of two databases: no replay floor from LSNs that do not compare
+    items = Table("items", "debezium", (), "tenant:i1", ("erp", "crm"), tenant=True)
+    arrivals = {"debezium": Landed(None, "b2"), "databases/erp/debezium": Landed(dblsn("erp", 9), "b2", dblsn("erp", 5)),
+                "databases/crm/debezium": Landed(dblsn("crm", 9), "b2", dblsn("crm", 7))}
+    marks = {"stg_debezium__events": Watermark(batch="b1")}
+    two = plan_run(db_facts(items, arrived=arrivals, watermarks=marks, previous=PreviousRun("b1", {})))
+    assert two.models["stg_debezium__events"].lower_lsn == ""
+    one = plan_run(db_facts(items, arrived={k: v for k, v in arrivals.items() if "crm" not in k}, watermarks=marks,
+                            previous=PreviousRun("b1", {})))
+    assert one.models["stg_debezium__events"].lower_lsn == dblsn("erp", 5)
+
+
+def test_event_arrivals_are_per_database_and_events_of_no_declared_database_count_for_the_batch_only():
+    rows = [  # channel, database, route, complete, snapshot_end, lsn, batch, records, min_lsn
+        ["ces", "erp", "employees", True, False, dblsn("erp", 12), "b3", 2, dblsn("erp", 11)],
+        ["ces", "crm", "employees", True, False, dblsn("crm", 4), "b3", 1, dblsn("crm", 4)],
+        ["ces", None, None, True, False, dblsn("crm", 90), "b4", 3, dblsn("crm", 80)],  # a database not declared
+        ["debezium", "crm", "items", True, True, dblsn("crm", 7), "b3", 4, dblsn("crm", 6)],
+    ]
+    got = event_arrivals(rows)
+    assert got["arrived"]["ces"] == {"lsn": None, "min_lsn": None, "batch": "b4", "records": 6}
+    assert got["arrived"]["databases/erp/ces:employees"]["lsn"] == dblsn("erp", 12)
+    assert got["arrived"]["databases/crm/ces:employees"]["lsn"] == dblsn("crm", 4)
+    assert got["arrived"]["databases/crm/ces"]["lsn"] == dblsn("crm", 4)
+    assert got["debezium_snapshot_end"] == {"crm": "b3"}
+    employees = Table("employees", "ces", (), "tenant:d3", ("erp", "crm"), tenant=True)
+    p = plan_run(db_facts(employees, arrived=landing_facts(got), watermarks={}, previous=None, relations=frozenset()))
+    assert p.upper_lsn["databases/erp/ces"] == dblsn("erp", 12) and p.upper_lsn["databases/crm/ces"] == dblsn("crm", 4)
+    assert p.upper_batch["ces"] == "b4"
+
+
+def landing_facts(events: dict) -> dict[str, Landed]:
+    return {k: Landed(v["lsn"], v["batch"], v["min_lsn"]) for k, v in events["arrived"].items()}
+
+
+def test_the_report_reads_per_database_keys_and_tables():
+    got = facts_from_report(report(
+        tables=[{"name": "orders", "channel": "change_tables", "instances": [{"name": "DBO_Orders"}], "digest": "t1",
+                 "databases": ["t1", "t2"], "tenant": True}],
+        manifests=[{"instance": "DBO_Orders", "after_lsn": None, "through_lsn": dblsn("t1", 3), "batch": "b1", "database": "t1"}],
+        snapshots=[{"table": "Orders", "lsn": dblsn("t2", 3), "batch": "b1", "database": "t2"}],
+        instance_min_lsn={"databases/Tenant_X/DBO_Orders": dblsn("t1", 1)},
+        late_commit_times={"databases/Tenant_X/Orders": dblsn("t1", 2)},
+        cdc_jobs_retention={"t1": 1440}, database_names={"t1": "t1"},
+        previous={"run_id": "b1", "tables": [{"tracked_table": "orders", "source_database": "t2", "current_rows": 3}],
+                  "retentions": {"t2": 60}}))
+    assert got.tables[0].databases == ("t1", "t2") and got.tables[0].tenant
+    assert got.manifests[0] == Manifest("dbo_orders", None, dblsn("t1", 3), "b1", "t1")
+    assert got.snapshots[0] == Snapshot("orders", dblsn("t2", 3), "b1", "t2")
+    assert got.instance_min_lsn == {"databases/Tenant_X/dbo_orders": dblsn("t1", 1)}
+    assert got.late_commit_times == {"databases/Tenant_X/orders": dblsn("t1", 2)}
+    assert got.cdc_jobs_retention == {"t1": "1440"}
+    assert got.previous.tables["databases/t2/orders"]["current_rows"] == 3 and got.previous.retentions == {"t2": 60}
+
+
+def test_marts_built_in_another_shape_are_rebuilt():
+    """A table that becomes a tenant table (or stops being one) has marts keyed otherwise, and a
+    table of one database declared on another database has marts of the first's changes: both
+    rebuild from scratch; a tenant joining or the default database being named does not."""
+    one = Table("orders", "change_tables", (("dbo_orders", False),), "d9", ("t1",))
+    built_as_one = db_settled(one)
+    becomes_tenant = plan_run(db_facts(TENANT_ORDERS, watermarks=built_as_one,
+                                       arrived=db_arrivals("t1", TENANT_ORDERS, 11, 12)))
+    assert becomes_tenant.models["orders_current"].full
+    back = plan_run(db_facts(one, watermarks=db_settled(TENANT_ORDERS), arrived=db_arrivals("t1", one, 11, 12)))
+    assert back.models["orders_current"].full
+    moved = Table("orders", "change_tables", (("dbo_orders", False),), "d9", ("t2",))
+    switched = plan_run(db_facts(moved, watermarks=built_as_one, arrived=db_arrivals("t2", moved, 11, 12)))
+    assert switched.models["orders_current"].full
+    assert not plan_run(db_facts(one, arrived=db_arrivals("t1", one, 11, 12))).models["orders_current"].full
