@@ -169,6 +169,7 @@ fields as (
             ('ts_ms', ['__source_ts_ms', '__ts_ms']),
             ('snapshot', ['__snapshot', '__source_snapshot']),
             ('db', ['__db', '__source_db']),
+            ('name', ['__name', '__source_name']),
             ('schema', ['__schema', '__source_schema']),
             ('table', ['__table', '__source_table']),
         ] %}
@@ -318,6 +319,9 @@ final as (
         coalesce(db_text, try_element_at(topic_parts, -3)) as source_database,
         coalesce(schema_text, try_element_at(topic_parts, -2)) as source_schema,
         coalesce(table_text, try_element_at(topic_parts, -1)) as source_table,
+        -- the connector's logical name (its topic prefix): the server of the database
+        coalesce(name_text, case when size(topic_parts) >= 4
+            then array_join(slice(topic_parts, 1, size(topic_parts) - 3), '.') end) as source_server,
         case when is_envelope then 'envelope' when is_flattened then 'flattened' end as event_form,
         commit_lsn,
         -- snapshot rows carry no change LSN or serial number: they sort before the changes of

@@ -16,7 +16,7 @@
     {%- do sqlserver_cdc.land_files(files, batch_id, raw_schema, first_records) -%}
     {%- set landed_now = {} -%}
     {%- for row in run_query(sqlserver_cdc.landed_batch_counts(batch_id, raw_schema)) -%}
-        {%- do landed_now.update({row[0] ~ '/' ~ row[1]: row[2] | int}) -%}
+        {%- do landed_now.update({sqlserver_cdc._dbkey(row[3], row[0] ~ '/' ~ row[1]): row[2] | int}) -%}
     {%- endfor -%}
     {%- set previous = sqlserver_cdc._previous_run(ledger) -%}
     {%- set since = previous.run_id if previous else '' -%}
@@ -27,9 +27,9 @@
         {%- do relations.append(row[1] | lower) -%}
     {%- endfor -%}
     {%- set watermarks = {} -%}
-    {%- for row in run_query('select model_name, max_by(watermark_lsn, recorded_at), max_by(watermark_batch, recorded_at),'
-        ~ ' max_by(declaration, recorded_at) from ' ~ sqlserver_cdc.watermark_relation() ~ ' group by model_name') -%}
-        {%- do watermarks.update({row[0]: {'lsn': row[1], 'batch': row[2], 'declaration': row[3]}}) -%}
+    {%- for row in run_query('select model_name, source_database, max_by(watermark_lsn, recorded_at), max_by(watermark_batch, recorded_at),'
+        ~ ' max_by(declaration, recorded_at) from ' ~ sqlserver_cdc.watermark_relation() ~ ' group by model_name, source_database') -%}
+        {%- do watermarks.update({sqlserver_cdc._dbkey(row[1], row[0]): {'lsn': row[2], 'batch': row[3], 'declaration': row[4]}}) -%}
     {%- endfor -%}
     {%- set seeds = {} -%}
     {%- for node in graph.nodes.values() if node.resource_type == 'seed' -%}
@@ -37,15 +37,21 @@
     {%- endfor -%}
     {%- set quarantine = graph.nodes.values() | selectattr('resource_type', 'equalto', 'model')
         | selectattr('name', 'equalto', 'cdc_quarantine') | first -%}
+    {%- set retention = {} -%}
+    {%- for row in run_query("select coalesce(source_database, ''), max_by(row_values['retention'], _batch_id) from " ~ raw
+            ~ " where landing_kind = 'cdc_metadata' and lower(entity) = 'cdc_jobs'"
+            ~ " and lower(row_values['job_type']) = 'cleanup' and _batch_id > " ~ sqlserver_cdc._sql_string(since)
+            ~ " group by 1") if row[1] is not none -%}
+        {%- do retention.update({row[0]: row[1]}) -%}
+    {%- endfor -%}
     {%- do facts.update({
         'run_id': batch_id, 'tables': tables, 'previous': previous, 'landed_now': landed_now,
         'watermarks': watermarks, 'relations': relations,
         'instance_min_lsn': sqlserver_cdc._instance_min_lsn(raw, since, 'stg_cdc_metadata__change_tables' in relations),
         'late_commit_times': sqlserver_cdc._late_commit_times(raw, since, tables, watermarks, relations),
-        'cdc_jobs_retention': run_query("select max_by(row_values['retention'], _batch_id) from " ~ raw
-            ~ " where landing_kind = 'cdc_metadata' and lower(entity) = 'cdc_jobs'"
-            ~ " and lower(row_values['job_type']) = 'cleanup' and _batch_id > " ~ sqlserver_cdc._sql_string(since)).rows[0][0],
-        'views_digest': local_md5(tojson(var('cdc_tracked_tables', {}), sort_keys=true) ~ (quarantine.raw_code if quarantine else '')),
+        'cdc_jobs_retention': retention, 'database_names': sqlserver_cdc._database_names(),
+        'views_digest': local_md5(tojson(var('cdc_tracked_tables', {}), sort_keys=true) ~ tojson(var('cdc_databases', {}), sort_keys=true)
+            ~ (quarantine.raw_code if quarantine else '')),
         'seeds': seeds}) -%}
     {{ log('sqlserver_cdc.begin_run ' ~ tojson(facts), info=true) }}
 {%- endmacro %}
@@ -92,18 +98,20 @@
 {%- endmacro %}
 
 {#- What landed after batch `since` (see begin_run): {arrived, manifests, snapshots,
-    event_arrivals}. arrived: per source, {lsn, batch, records}: change_tables/<instance> (the
-    largest __$start_lsn), snapshots/<table>, cdc_metadata/<entity> (lsn_time_mapping: the largest
-    start_lsn). event_arrivals: the event lines of each declared event channel, grouped
-    (_event_arrivals), as [channel, route, complete, snapshot_end, lsn, batch, records, min_lsn]
-    rows, which runner/run/plan.py event_arrivals reads. -#}
+    event_arrivals}. arrived: per source, keyed dbkey(database, source) (_dbkey), {lsn, batch,
+    records}: change_tables/<instance> (the largest __$start_lsn), snapshots/<table>,
+    cdc_metadata/<entity> (lsn_time_mapping: the largest start_lsn). manifests and snapshots
+    carry their database. event_arrivals: the event lines of each declared event channel,
+    grouped (_event_arrivals), as [channel, database, route, complete, snapshot_end, lsn, batch,
+    records, min_lsn] rows, which runner/run/plan.py event_arrivals reads. -#}
 {% macro _arrivals(raw, since, manifests_from, tables) -%}
     {%- set since_sql = sqlserver_cdc._sql_string(since) -%}
     {%- set arrived, manifests, snapshots = {}, [], [] -%}
     {%- set query -%}
-        select source, max(lsn), max(_batch_id), count(*), max(after_lsn), min(lsn)
+        select source_database, source, max(lsn), max(_batch_id), count(*), max(after_lsn), min(lsn)
         from (
             select
+                source_database,
                 concat(landing_kind, '/', lower(entity)) as source,
                 case
                     when landing_kind = 'change_tables' then {{ sqlserver_cdc.lsn_normalize("row_values['__$start_lsn']", 'string') }}
@@ -115,35 +123,44 @@
             where landing_kind in ('change_tables', 'snapshots', 'cdc_metadata') and _batch_id > {{ since_sql }}
             union all
             -- each export manifest (docs/landing.md "Export manifests") and each snapshot manifest
-            select concat(landing_kind, '/', lower(entity), '/', _source_file), row_values['through_lsn'], row_values['after_lsn'], _batch_id
+            select source_database, concat(landing_kind, '/', lower(entity), '/', _source_file), row_values['through_lsn'],
+                row_values['after_lsn'], _batch_id
             from {{ raw }}
             where landing_kind = 'manifest'
                 and _batch_id {{ ('>= ' ~ sqlserver_cdc._sql_string(manifests_from)) if manifests_from else ('> ' ~ since_sql) }}
             union all
-            select concat(landing_kind, '/', lower(entity), '/', _source_file), row_values['snapshot_lsn'], null, _batch_id
+            select source_database, concat(landing_kind, '/', lower(entity), '/', _source_file), row_values['snapshot_lsn'], null,
+                _batch_id
             from {{ raw }}
             where landing_kind = 'snapshot_manifest'
         ) as landed
-        group by source
+        group by source_database, source
     {%- endset -%}
     {%- for row in run_query(query) -%}
-        {%- set parts = row[0].split('/', 2) -%}
+        {%- set db = row[0] or '' -%}
+        {%- set parts = row[1].split('/', 2) -%}
         {%- if parts[0] == 'manifest' -%}
-            {%- do manifests.append({'instance': parts[1], 'after_lsn': row[4], 'through_lsn': row[1], 'batch': row[2]}) -%}
+            {%- do manifests.append({'instance': parts[1], 'after_lsn': row[5], 'through_lsn': row[2], 'batch': row[3], 'database': db}) -%}
         {%- elif parts[0] == 'snapshot_manifest' -%}
-            {%- do snapshots.append({'table': parts[1], 'lsn': row[1], 'batch': row[2]}) -%}
+            {%- do snapshots.append({'table': parts[1], 'lsn': row[2], 'batch': row[3], 'database': db}) -%}
         {%- else -%}
-            {%- do arrived.update({row[0]: {'lsn': row[1], 'min_lsn': row[5], 'batch': row[2], 'records': row[3] | int}}) -%}
+            {%- do arrived.update({sqlserver_cdc._dbkey(db, row[1]): {'lsn': row[2], 'min_lsn': row[6], 'batch': row[3], 'records': row[4] | int}}) -%}
         {%- endif -%}
     {%- endfor -%}
     {%- set events = [] -%}
     {%- for channel in ['ces', 'debezium'] -%}
         {%- set routed = tables | selectattr('channel', 'equalto', channel) | list -%}
         {%- for row in (run_query(sqlserver_cdc._event_arrivals(channel, raw, since_sql, routed)) if routed else []) -%}
-            {%- do events.append([channel, row[0], row[1], row[2], row[3], row[4], row[5] | int, row[6]]) -%}
+            {%- do events.append([channel, row[0], row[1], row[2], row[3], row[4], row[5], row[6] | int, row[7]]) -%}
         {%- endfor -%}
     {%- endfor -%}
     {{ return({'arrived': arrived, 'manifests': manifests, 'snapshots': snapshots, 'event_arrivals': events}) }}
+{%- endmacro %}
+
+{#- A per-database key (runner/run/plan.py dbkey): `key` for the default database (none or ''),
+    `databases/<database>/<key>` for another. -#}
+{% macro _dbkey(database, key) -%}
+    {{ return(('databases/' ~ database ~ '/' ~ key) if database else key) }}
 {%- endmacro %}
 
 {#- The event lines of `channel` landed after `since` grouped by the tracked table they route to
@@ -156,9 +173,10 @@
     duplicate). -#}
 {% macro _event_arrivals(channel, raw, since_sql, routed) -%}
     {%- set lines = '(select * from ' ~ raw ~ " where landing_kind = '" ~ channel ~ "' and _batch_id > " ~ since_sql ~ ') as since_batch' -%}
-    select route, complete, snapshot_end, max(commit_lsn), max(_batch_id), count(*), min(commit_lsn)
+    select database, route, complete, snapshot_end, max(commit_lsn), max(_batch_id), count(*), min(commit_lsn)
     from (
         select
+            {{ sqlserver_cdc._event_database(channel) }} as database,
             case
                 {%- for t in routed %}
                 when {{ sqlserver_cdc._event_route(sqlserver_cdc.tracked_table(t.name)) }} then '{{ t.name }}'
@@ -180,38 +198,40 @@
                     then upper(element_at(split(row_values['logicalid'], ':'), -2)) end as commit_lsn,
                 get_json_object(row_values['data'], '$.eventsource.db') as source_database,
                 get_json_object(row_values['data'], '$.eventsource.schema') as source_schema,
-                get_json_object(row_values['data'], '$.eventsource.tbl') as source_table
+                get_json_object(row_values['data'], '$.eventsource.tbl') as source_table,
+                row_values['logicalid'] as logicalid
             from {{ lines }}
             {%- else %}
             {{ sqlserver_cdc.debezium_events(lines, deduplicate=false) }}
             {%- endif %}
         ) as events
     ) as routed_events
-    group by route, complete, snapshot_end
+    group by database, route, complete, snapshot_end
 {%- endmacro %}
 
-{#- Per capture instance (lower case), the low end of its validity interval: the start_lsn of its
-    latest cdc.change_tables export, staged or landed since `since`. -#}
+{#- Per capture instance of each database, keyed dbkey(database, lower-case instance), the low end
+    of its validity interval: the start_lsn of its latest cdc.change_tables export, staged or landed
+    since `since`. -#}
 {% macro _instance_min_lsn(raw, since, staged) -%}
     {%- set found = {} -%}
     {%- set query -%}
-        select lower(capture_instance), max_by(start_lsn, ingested_at)
+        select source_database, lower(capture_instance), max_by(start_lsn, ingested_at)
         from (
             {%- if staged %}
-            select capture_instance, start_lsn, _ingested_at as ingested_at
+            select source_database, capture_instance, start_lsn, _ingested_at as ingested_at
             from {{ sqlserver_cdc._model_relation('stg_cdc_metadata__change_tables') }}
             where quarantine_reason is null
             union all
             {%- endif %}
-            select row_values['capture_instance'] as capture_instance,
+            select source_database, row_values['capture_instance'] as capture_instance,
                 {{ sqlserver_cdc.lsn_normalize("row_values['start_lsn']", 'string') }} as start_lsn, _ingested_at as ingested_at
             from {{ raw }}
             where landing_kind = 'cdc_metadata' and entity = 'change_tables' and _batch_id > {{ sqlserver_cdc._sql_string(since) }}
         ) as exported
         where capture_instance is not null and start_lsn is not null
-        group by lower(capture_instance)
+        group by source_database, lower(capture_instance)
     {%- endset -%}
-    {%- for row in run_query(query) -%}{%- do found.update({row[0]: row[1]}) -%}{%- endfor -%}
+    {%- for row in run_query(query) -%}{%- do found.update({sqlserver_cdc._dbkey(row[0], row[1]): row[2]}) -%}{%- endfor -%}
     {{ return(found) }}
 {%- endmacro %}
 
@@ -225,58 +245,75 @@
     {{ return(node.relation_name) }}
 {%- endmacro %}
 
-{#- Per change-table table, the smallest commit LSN of its trusted staged changes whose
-    lsn_time_mapping row landed after batch `since` for the first time (no trusted staged row of
-    that LSN yet) at or below the table's marts' watermark: they were applied without a commit
-    time, and the plan rebuilds the table's marts to give them one (runner/run/plan.py _late). Reads
-    this run's mapping rows; only when some are new and at or below a watermark, the staged
-    mapping and the tables' staging at those LSNs (Delta skips the other files). -#}
+{#- Per change-table table and database it reads, keyed dbkey(database, table), the smallest commit
+    LSN of its trusted staged changes of that database whose lsn_time_mapping row landed after
+    batch `since` for the first time (no trusted staged row of that LSN yet) at or below the
+    table's marts' watermark there: they were applied without a commit time, and the plan rebuilds
+    the table's marts to give them one (runner/run/plan.py _late). Reads this run's mapping rows;
+    only when some are new and at or below a watermark of their database, the staged mapping and
+    the tables' staging at those LSNs (Delta skips the other files): one query, then two per
+    database that has such rows. -#}
 {% macro _late_commit_times(raw, since, tables, watermarks, relations) -%}
     {%- set marks = {} -%}
     {%- for t in tables if t.channel == 'change_tables' and ('stg_change_tables__' ~ t.name) | lower in relations -%}
-        {%- set lsns = [] -%}
-        {%- for m in [t.name ~ '_current', t.name ~ '_history'] if watermarks.get(m) and watermarks[m].lsn -%}
-            {%- do lsns.append(watermarks[m].lsn) -%}
+        {%- for db in t.databases -%}
+            {%- set lsns = [] -%}
+            {%- for m in [t.name ~ '_current', t.name ~ '_history'] -%}
+                {%- set w = watermarks.get(sqlserver_cdc._dbkey(db, m)) -%}
+                {%- if w and w.lsn -%}{%- do lsns.append(w.lsn) -%}{%- endif -%}
+            {%- endfor -%}
+            {%- if lsns -%}{%- do marks.update({sqlserver_cdc._dbkey(db, t.name): {'table': t, 'db': db, 'lsn': lsns | max}}) -%}{%- endif -%}
         {%- endfor -%}
-        {%- if lsns -%}{%- do marks.update({t.name: lsns | max}) -%}{%- endif -%}
     {%- endfor -%}
     {%- if not marks or 'stg_cdc_metadata__lsn_time_mapping' not in relations -%}{{ return({}) }}{%- endif -%}
     {%- set s = sqlserver_cdc._sql_string -%}
+    {%- set highest = {} -%}
+    {%- for m in marks.values() -%}
+        {%- do highest.update({m.db: [highest.get(m.db, ''), m.lsn] | max}) -%}
+    {%- endfor -%}
+    {%- set values = [] -%}
+    {%- for db, lsn in highest.items() | sort -%}{%- do values.append('(' ~ s(db) ~ ', ' ~ s(lsn) ~ ')') -%}{%- endfor -%}
     {%- set landed -%}
-        select distinct {{ sqlserver_cdc.lsn_normalize("row_values['start_lsn']", 'string') }} as lsn
+        select distinct coalesce(source_database, '') as db, {{ sqlserver_cdc.lsn_normalize("row_values['start_lsn']", 'string') }} as lsn
         from {{ raw }}
         where landing_kind = 'cdc_metadata' and entity = 'lsn_time_mapping' and _batch_id > {{ s(since) }}
             and row_values['tran_end_time'] is not null
     {%- endset -%}
-    {%- set bounds = run_query('select min(lsn), max(lsn) from (' ~ landed ~ ') where lsn <= ' ~ s(marks.values() | max)).rows[0] -%}
-    {%- if bounds[0] is none -%}{{ return({}) }}{%- endif -%}
-    {%- set query -%}
-        select landed.lsn from ({{ landed }}) as landed
-        left anti join (
-            select start_lsn from {{ sqlserver_cdc._model_relation('stg_cdc_metadata__lsn_time_mapping') }}
-            where quarantine_reason is null and start_lsn between {{ s(bounds[0]) }} and {{ s(bounds[1]) }}
-        ) as staged
-            on landed.lsn = staged.start_lsn
-        where landed.lsn between {{ s(bounds[0]) }} and {{ s(bounds[1]) }}
-        order by landed.lsn
-        limit 1001
-    {%- endset -%}
-    {%- set new = run_query(query).columns[0].values() | list -%}
-    {%- if not new -%}{{ return({}) }}{%- endif -%}
-    {#- beyond a thousand, the range of them: a table with a change in it rebuilds -#}
-    {%- set literals = [] -%}
-    {%- for lsn in new[:1000] -%}{%- do literals.append(s(lsn)) -%}{%- endfor -%}
-    {%- set within = ('commit_lsn in (' ~ literals | join(', ') ~ ')') if new | length <= 1000
-        else ('commit_lsn between ' ~ s(new[0]) ~ ' and ' ~ s(bounds[1])) -%}
-    {%- set selects = [] -%}
-    {%- for name, mark in marks.items() | sort -%}
-        {%- do selects.append("select '" ~ name ~ "' as name, min(commit_lsn) as lsn from "
-            ~ sqlserver_cdc._model_relation('stg_change_tables__' ~ name) ~ " where quarantine_reason is null and "
-            ~ within ~ " and commit_lsn <= " ~ s(mark)) -%}
-    {%- endfor -%}
+    {%- set bounds = run_query('select landed.db, min(landed.lsn), max(landed.lsn) from (' ~ landed ~ ') as landed join (values '
+        ~ values | join(', ') ~ ') as marks (db, mark) on landed.db = marks.db and landed.lsn <= marks.mark group by landed.db').rows -%}
+    {%- set names = sqlserver_cdc._database_names() -%}
     {%- set found = {} -%}
-    {%- for row in run_query(selects | join('\nunion all\n')) if row[1] -%}
-        {%- do found.update({row[0]: row[1]}) -%}
+    {%- for db, low, high in bounds if low is not none -%}
+        {%- set query -%}
+            select landed.lsn from ({{ landed }}) as landed
+            left anti join (
+                select start_lsn from {{ sqlserver_cdc._model_relation('stg_cdc_metadata__lsn_time_mapping') }}
+                where quarantine_reason is null and coalesce(source_database, '') = {{ s(db) }}
+                    and start_lsn between {{ s(low) }} and {{ s(high) }}
+            ) as staged
+                on landed.lsn = staged.start_lsn
+            where landed.db = {{ s(db) }} and landed.lsn between {{ s(low) }} and {{ s(high) }}
+            order by landed.lsn
+            limit 1001
+        {%- endset -%}
+        {%- set new = run_query(query).columns[0].values() | list -%}
+        {%- if new -%}
+            {#- beyond a thousand, the range of them: a table with a change in it rebuilds -#}
+            {%- set literals = [] -%}
+            {%- for lsn in new[:1000] -%}{%- do literals.append(s(lsn)) -%}{%- endfor -%}
+            {%- set within = ('commit_lsn in (' ~ literals | join(', ') ~ ')') if new | length <= 1000
+                else ('commit_lsn between ' ~ s(new[0]) ~ ' and ' ~ s(high)) -%}
+            {%- set selects = [] -%}
+            {%- for key, m in marks.items() | sort if m.db == db -%}
+                {%- set tenant = (" and source_database = " ~ s(names.get(db, db))) if m.table.tenant else '' -%}
+                {%- do selects.append("select " ~ s(key) ~ " as name, min(commit_lsn) as lsn from "
+                    ~ sqlserver_cdc._model_relation('stg_change_tables__' ~ m.table.name) ~ " where quarantine_reason is null and "
+                    ~ within ~ tenant ~ " and commit_lsn <= " ~ s(m.lsn)) -%}
+            {%- endfor -%}
+            {%- for row in run_query(selects | join('\nunion all\n')) if row[1] -%}
+                {%- do found.update({row[0]: row[1]}) -%}
+            {%- endfor -%}
+        {%- endif -%}
     {%- endfor -%}
     {{ return(found) }}
 {%- endmacro %}

@@ -140,7 +140,8 @@
     select
         {{ sqlserver_cdc._raw_select_list({'row_values': 'cast(record.row_values as map<string, string>)',
             'raw_text': 'cast(null as string)', '_source_file': 'record._source_file', '_source_size': 'record._source_size',
-            '_source_modified_ms': 'record._source_modified_ms', 'landing_kind': "'landed_files'", 'entity': "'all'"}, batch_id) }}
+            '_source_modified_ms': 'record._source_modified_ms', 'landing_kind': "'landed_files'", 'entity': "'all'",
+            'source_database': 'cast(null as string)'}, batch_id) }}
     from (select explode(array({{ records | join(',\n        ') }})) as record) as records
 {%- endmacro %}
 
@@ -150,7 +151,8 @@
         {{ sqlserver_cdc._raw_select_list({
             'row_values': "cast(map('landing_kind', max(landing_kind), 'entity', max(entity)) as map<string, string>)",
             'raw_text': 'cast(null as string)', '_source_file': '_source_file', '_source_size': 'max(_source_size)',
-            '_source_modified_ms': 'max(_source_modified_ms)', 'landing_kind': "'landed_files'", 'entity': "'all'"}, batch_id) }}
+            '_source_modified_ms': 'max(_source_modified_ms)', 'landing_kind': "'landed_files'", 'entity': "'all'",
+            'source_database': 'cast(null as string)'}, batch_id) }}
     from {{ raw }}
     where {{ sqlserver_cdc._landed_from_files() }}
     group by _source_file
@@ -180,7 +182,7 @@
 {% macro _raw_columns() -%}
     {{ return([['row_values', 'map<string, string>'], ['raw_text', 'string'], ['_source_file', 'string'],
         ['_source_size', 'bigint'], ['_source_modified_ms', 'bigint'], ['_batch_id', 'string'],
-        ['_ingested_at', 'timestamp'], ['landing_kind', 'string'], ['entity', 'string']]) }}
+        ['_ingested_at', 'timestamp'], ['landing_kind', 'string'], ['entity', 'string'], ['source_database', 'string']]) }}
 {%- endmacro %}
 
 {#- The raw table's columns as a select list, in order: `values` maps each column but _batch_id
@@ -199,7 +201,9 @@
 {%- endmacro %}
 
 {#- The raw table: every landed record, partitioned by landing kind and entity; a Delta table
-    appended once per landing batch. -#}
+    appended once per landing batch. source_database: the declared database a file of
+    `databases/<database>/` came from, NULL for the default database (the landing folder's top
+    level), event lines and Kafka records (their events name their database). -#}
 {% macro _raw_table_ddl(raw) -%}
     {%- set columns = [] -%}
     {%- for c in sqlserver_cdc._raw_columns() -%}{%- do columns.append(c[0] ~ ' ' ~ c[1]) -%}{%- endfor -%}
@@ -232,11 +236,12 @@
 {%- endmacro %}
 
 {#- The raw columns every row landed from `file` carries: the file, its size and modification
-    time, its landing kind and entity. -#}
+    time, its landing kind, entity and database. -#}
 {% macro _file_columns(file) -%}
     {{ return({'_source_file': sqlserver_cdc._sql_string(file.relative), '_source_size': 'cast(' ~ file.size | int ~ ' as bigint)',
         '_source_modified_ms': 'cast(' ~ file.modified_ms | int ~ ' as bigint)',
-        'landing_kind': sqlserver_cdc._sql_string(file.kind), 'entity': sqlserver_cdc._sql_string(file.entity)}) }}
+        'landing_kind': sqlserver_cdc._sql_string(file.kind), 'entity': sqlserver_cdc._sql_string(file.entity),
+        'source_database': sqlserver_cdc._sql_string(file.database) if file.get('database') else 'cast(null as string)'}) }}
 {%- endmacro %}
 
 {#- The raw table's columns for the records of one file's view. -#}
@@ -268,16 +273,16 @@
     {%- endif -%}
 {%- endmacro %}
 
-{#- Used by the runner after land_files: the records a batch landed per landing kind and entity. -#}
+{#- Used by the runner after land_files: the records a batch landed per landing kind, entity and database. -#}
 {% macro landed_batch_counts(batch_id, raw_schema=none) -%}
     {{ return(adapter.dispatch('landed_batch_counts', 'sqlserver_cdc')(batch_id=batch_id, raw_schema=raw_schema)) }}
 {%- endmacro %}
 
 {% macro spark__landed_batch_counts(batch_id, raw_schema=none) -%}
-    select landing_kind, entity, count(*) as records
+    select landing_kind, entity, count(*) as records, source_database
     from {{ raw_schema or var('cdc_raw_schema', target.schema ~ '_raw') }}.landed_rows
     where _batch_id = {{ sqlserver_cdc._sql_string(batch_id) }} and landing_kind not in ('kafka_offsets', 'landed_files')
-    group by landing_kind, entity
+    group by landing_kind, entity, source_database
 {%- endmacro %}
 
 {% macro default__landed_batch_counts(batch_id, raw_schema=none) -%}

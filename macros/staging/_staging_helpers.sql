@@ -32,8 +32,8 @@
 {%- endmacro %}
 
 {#- The complete events of a shared event model (stg_ces__events, stg_debezium__events) that
-    belong to tracked table t: by its declared topic (Debezium), else by source schema and table
-    (and database when declared), case-insensitively. -#}
+    belong to tracked table t: by its declared topic (Debezium), else by source schema and table,
+    case-insensitively; and by database: one of the table's (_event_from). -#}
 {% macro _event_route(t) -%}
     status = 'complete'
     {%- if t.channel == 'debezium' and t.topic %}
@@ -41,10 +41,44 @@
     {%- else %}
         and lower(source_schema) = '{{ t.source_schema | lower }}'
         and lower(source_table) = '{{ t.source_table | lower }}'
-        {%- if t.source_database %}
-        and lower(source_database) = '{{ t.source_database | lower }}'
-        {%- endif %}
     {%- endif %}
+    {%- set from = [] -%}
+    {%- for db in t.databases if db.sql_name -%}{%- do from.append(sqlserver_cdc._event_from(t.channel, db)) -%}{%- endfor -%}
+    {%- if from %}
+        and ({{ from | join(' or ') }})
+    {%- endif %}
+{%- endmacro %}
+
+{#- Whether an event of `channel` comes from database `db` (a tracked table's, see tracked_table):
+    its name on SQL Server (CES eventsource.db, Debezium source.db), and, when declared, its GUID
+    (the first part of a CES logicalid) or its server (Debezium's source.name, else the topic's
+    prefix). Columns of the event models (source_database, logicalid, source_server). -#}
+{% macro _event_from(channel, db) -%}
+    (lower(source_database) = {{ sqlserver_cdc._sql_string(db.sql_name | lower) }}
+    {%- if channel == 'ces' and db.guid %} and lower(split(logicalid, ':')[0]) = {{ sqlserver_cdc._sql_string(db.guid | lower) }}{% endif %}
+    {%- if channel == 'debezium' and db.server %} and lower(source_server) = {{ sqlserver_cdc._sql_string(db.server | lower) }}{% endif %})
+{%- endmacro %}
+
+{#- The declared database an event of `channel` comes from (var cdc_databases): its id ('' the
+    default one; what=name: its name, a tenant mart's source_database value), NULL for an event of
+    no declared database; every event is the default database's when the project declares none.
+    The databases that name a GUID or a server are tried first (two servers may host a database
+    of one name). -#}
+{% macro _event_database(channel, what='id') -%}
+    {%- set estate = sqlserver_cdc._databases() -%}
+    {%- if not estate -%}
+    ''
+    {%- else -%}
+    {%- set specific, plain = [], [] -%}
+    {%- for db in estate.values() | sort(attribute='name') -%}
+        {%- do (specific if (channel == 'ces' and db.guid) or (channel == 'debezium' and db.server) else plain).append(db) -%}
+    {%- endfor %}
+    case
+        {%- for db in specific + plain %}
+        when {{ sqlserver_cdc._event_from(channel, db) }} then {{ sqlserver_cdc._sql_string(db[what]) }}
+        {%- endfor %}
+    end
+    {%- endif -%}
 {%- endmacro %}
 
 {#- The first landing batch whose lines stg_ces__events may still hold as pending: a split

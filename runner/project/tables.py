@@ -7,20 +7,24 @@ from __future__ import annotations
 from pathlib import Path
 
 from runner.errors import UsageError
-from runner.project.config import tracked_table_declarations
+from runner.project.config import declared_databases, table_databases, tracked_table_declarations
 
 
 def exported_columns(project_dir: Path) -> dict[str, list[str]]:
-    """Per landing folder of a declared capture instance (`change_tables/<instance>`, lower case),
-    the captured columns its exports must carry by their source names (lower case): the
-    instance's `columns`, or the table's declared columns when it has one capture instance."""
+    """Per landing folder of a declared capture instance (`change_tables/<instance>`, lower case,
+    in `databases/<database>/` for each database it is declared in but the default one), the
+    captured columns its exports must carry by their source names (lower case): the instance's
+    `columns`, or the table's declared columns when it has one capture instance."""
     expected = {}
-    for table in tracked_table_declarations(project_dir).values():
+    databases = declared_databases(project_dir)
+    for name, table in tracked_table_declarations(project_dir).items():
         if table.channel == "change_tables":
             source = {c.name.lower(): c.source for c in table.columns}
-            for instance, columns in table.instances:
-                expected[f"change_tables/{instance.lower()}"] = [source.get(c.lower(), c).lower() for c in columns or (
-                    c.name for c in table.columns)]
+            for db in table_databases(name, table, databases)[0]:
+                for instance, columns in table.instances:
+                    folder = f"change_tables/{instance.lower()}"
+                    expected[f"{db.folder}{folder}"] = [source.get(c.lower(), c).lower() for c in columns or (
+                        c.name for c in table.columns)]
     return expected
 
 

@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from runner.errors import EXIT_OK, InfrastructureError, PipelineFailed, RunnerError, UsageError
-from runner.project.config import export_manifests_required
+from runner.project.config import declared_databases, export_manifests_required
 from runner.project.tables import check_model_files, exported_columns
 from runner.run import layout, plan, report
 from runner.run.dbt import Dbt, failures
@@ -168,7 +168,7 @@ def run_pipeline(project_dir: Path, target, landing_dir: Path | str | Folder, *,
         files = []
     else:
         files = landing.files_to_land(folder, landing.csv_dialects(project_dir), exported_columns(project_dir),
-                                      settled=listed)
+                                      settled=listed, databases=declared_databases(project_dir))
     clock_id = _batch_id()
     opened = layout.open_warehouse(dbt, target.raw_schema, [f["relative"] for f in files])
     batch_id = plan.batch_id(clock_id, opened["last_batch"] or "")

@@ -594,13 +594,15 @@ def _replay_floor(window: ModelWindow, arrived: list[Landed], since: str) -> Non
     """The Debezium events model looks a replay up among the events it staged before at or above
     the smallest commit LSN of the complete events it takes in (its floor). begin_run decoded the
     lines landed after the previous run to read them, and their smallest commit LSN is that floor
-    when the model takes in no earlier batch and they come from one database (LSNs of two
-    databases do not compare): the window carries it (lower_lsn, upper_lsn) and the model does not
-    decode its lines a second time to find it. Otherwise (its last batch is older than the previous
-    run's, no complete event arrived, events of several databases, a full build) the model queries
-    it, per database."""
-    if not window.full and window.from_batch >= since and len(arrived) == 1 and arrived[0].min_lsn:
-        window.lower_lsn, window.upper_lsn = arrived[0].min_lsn, arrived[0].lsn
+    when the model takes in no earlier batch: the window carries it (lower_lsn, upper_lsn) and the
+    model does not decode its lines a second time to find it. Otherwise (its last batch is older
+    than the previous run's, no complete event arrived, a full build) the model queries it. With
+    events of several databases the floor is the smallest of theirs: a replay repeats its change's
+    LSN, which is at or above its own database's smallest and so above the floor, whatever the
+    other databases' LSNs (they only add staged rows to look through). arrived: each database's."""
+    lows = [a.min_lsn for a in arrived if a.min_lsn]
+    if not window.full and window.from_batch >= since and lows:
+        window.lower_lsn, window.upper_lsn = min(lows), max(a.lsn for a in arrived if a.lsn)
 
 
 def _databases(facts: Facts) -> list[str]:
@@ -660,8 +662,7 @@ def plan_run(facts: Facts, options: Options = Options()) -> Plan:
     for channel, model in EVENT_MODELS.items():
         if channel in channels and stage(model, [channel, *(dbkey(db, channel) for db in databases if db)]) \
                 and channel == "debezium":
-            _replay_floor(models[model], [a for db in databases if (a := facts.arrived.get(dbkey(db, channel)))
-                                          and a.lsn], since)
+            _replay_floor(models[model], [a for db in databases if (a := facts.arrived.get(dbkey(db, channel)))], since)
     for t in sorted(facts.tables, key=lambda t: t.name):
         plan = tables[t.name] = TablePlan(t.name, t.channel)
         plan.stage = stage(t.staging, t.sources, t.name, t.digest)

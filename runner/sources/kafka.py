@@ -370,7 +370,9 @@ def _append(spark, source: KafkaSource, options: dict[str, str], result: SourceL
             F.lit(batch_id).alias("_batch_id"),
             F.current_timestamp().alias("_ingested_at"),
             F.lit(source.channel).alias("landing_kind"),
-            F.col("topic").alias("entity")))
+            F.col("topic").alias("entity"),
+            # an event names its own database (runner/sources/landing.py: a file's folder names it)
+            F.lit(None).cast("string").alias("source_database")))
     offsets = [{"source": source.name, "topic": p.topic, "partition": str(p.partition), "from_offset": str(p.start),
                 "to_offset": str(p.end), "log_start_offset": str(p.log_start),
                 **({"skipped": f"{p.skipped[0]}..{p.skipped[1] - 1}"} if p.skipped else {}),
@@ -385,7 +387,8 @@ def _append(spark, source: KafkaSource, options: dict[str, str], result: SourceL
         "row_values", F.lit(None).cast("string").alias("raw_text"), "_source_file",
         F.lit(None).cast("bigint").alias("_source_size"), F.lit(None).cast("bigint").alias("_source_modified_ms"),
         F.lit(batch_id).alias("_batch_id"), F.current_timestamp().alias("_ingested_at"),
-        F.lit(OFFSETS_KIND).alias("landing_kind"), F.lit(source.name).alias("entity")))
+        F.lit(OFFSETS_KIND).alias("landing_kind"), F.lit(source.name).alias("entity"),
+        F.lit(None).cast("string").alias("source_database")))
     combined = frames[0] if len(frames) == 1 else frames[0].unionByName(frames[1])
     # One Delta commit appends the records and replaces the source's offsets rows, so the stored
     # offsets stay one row per partition however many runs there were. The secrets are in the

@@ -49,12 +49,24 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from runner.errors import UsageError
-from runner.project.config import ExportManifest, SnapshotManifest, explain, project_vars
+from runner.project.config import (
+    DATABASES_FOLDER,
+    Database,
+    ExportManifest,
+    SnapshotManifest,
+    declared_databases,
+    explain,
+    project_vars,
+)
 from runner.project.tables import exported_columns
 from runner.run.layout import open_warehouse
+from runner.run.plan import dbkey
 from runner.sources.folders import Folder, open_folder
 
 KINDS = ("change_tables", "cdc_metadata", "ces", "debezium", "snapshots")
+# the kinds a database other than the default one lands in databases/<database>/ (its events, as
+# every database's, land in ces/ and debezium/, routed by the database they name)
+DATABASE_KINDS = ("change_tables", "cdc_metadata", "snapshots")
 FORMATS = {".parquet": "parquet", ".csv": "csv", ".json": "json", ".jsonl": "json"}
 # CES and Debezium events are routed by their own db.schema.table (Debezium: or by topic, the
 # sub-folder), so files may sit directly in ces/ or debezium/ too.
@@ -84,6 +96,7 @@ class LandedFile:
     relative: str  # its path under the landing folder
     size: int
     modified_ns: int
+    database: str = ""  # the database folder it sits in (databases/<database>/), '' at the top level
 
     @property
     def fmt(self) -> str:
@@ -95,28 +108,37 @@ def _suffix(relative: str) -> str:
 
 
 def discover(landing: Landing) -> list[LandedFile]:
-    """All landable files under the landing folder, in a stable order; export manifests (in
-    change_tables/<capture_instance>/) come as kind `manifest`. What is not data (hidden) is
-    skipped: see hidden."""
+    """All landable files under the landing folder, in a stable order: the default database's
+    and the events at its top level, every other database's exports in `databases/<database>/`
+    (change_tables, cdc_metadata, snapshots: docs/landing.md "Several databases"); export
+    manifests (in change_tables/<capture_instance>/) come as kind `manifest`. What is not data
+    (hidden) is skipped: see hidden."""
     folder = open_folder(landing)
     if not folder.exists():
         raise UsageError(f"landing folder {folder} does not exist; pass --landing DIR (a local folder or a URI)")
     found = []
     for kind in KINDS:
         for listed in folder.files(kind):
-            parts = tuple(listed.relative.split("/")[1:])
-            if _suffix(listed.relative) not in FORMATS or hidden(parts):
-                continue
-            stamp = (listed.relative, listed.size, listed.modified_ns)
-            if kind in MANIFEST_KINDS and parts[-1].lower().endswith(MANIFEST_SUFFIX):
-                if len(parts) > 1:
-                    found.append(LandedFile(MANIFEST_KINDS[kind], parts[0], *stamp))
-            elif kind in FLAT_KINDS:
-                if FORMATS[_suffix(listed.relative)] in FLAT_KINDS[kind]:
-                    found.append(LandedFile(kind, parts[0] if len(parts) > 1 else FLAT_ENTITY, *stamp))
-            elif len(parts) > 1:
-                found.append(LandedFile(kind, parts[0], *stamp))
+            found += _landable(listed, kind, tuple(listed.relative.split("/")[1:]), "")
+    for listed in folder.files(DATABASES_FOLDER):
+        parts = listed.relative.split("/")  # databases/<database>/<kind>/...
+        if len(parts) > 3 and parts[2] in DATABASE_KINDS and not parts[1].startswith((".", "_")):
+            found += _landable(listed, parts[2], tuple(parts[3:]), parts[1])
     return found
+
+
+def _landable(listed, kind: str, parts: tuple[str, ...], database: str) -> list[LandedFile]:
+    """A listed file as the landable file it is (parts: its path below its kind's folder), or none."""
+    if _suffix(listed.relative) not in FORMATS or hidden(parts):
+        return []
+    stamp = (listed.relative, listed.size, listed.modified_ns)
+    if kind in MANIFEST_KINDS and parts[-1].lower().endswith(MANIFEST_SUFFIX):
+        return [LandedFile(MANIFEST_KINDS[kind], parts[0], *stamp, database)] if len(parts) > 1 else []
+    if kind in FLAT_KINDS:
+        if FORMATS[_suffix(listed.relative)] in FLAT_KINDS[kind]:
+            return [LandedFile(kind, parts[0] if len(parts) > 1 else FLAT_ENTITY, *stamp, database)]
+        return []
+    return [LandedFile(kind, parts[0], *stamp, database)] if len(parts) > 1 else []
 
 
 def hidden(parts: tuple[str, ...]) -> bool:
@@ -166,7 +188,8 @@ WAITS = {
 
 def files_to_land(landing: Landing, csv_dialects: dict[str, dict[str, str]] | None = None,
                   exported_columns: dict[str, list[str]] | None = None,
-                  settled: dict[str, tuple[int, int]] | None = None) -> list[dict[str, object]]:
+                  settled: dict[str, tuple[int, int]] | None = None,
+                  databases: dict[str, Database] | None = None) -> list[dict[str, object]]:
     """The landing folder's files as `intake` takes them (it skips those landed):
     each {kind, entity, path, relative, format, size, modified_ms}, a CSV file with `csv`
     (see csv_options), plus `refused` (why the file must not land) or `waiting`
@@ -177,17 +200,24 @@ def files_to_land(landing: Landing, csv_dialects: dict[str, dict[str, str]] | No
     capture instance carries `expected_columns`, which check_probed checks its columns against.
     settled: an earlier listing (see `listing`, the runner takes it before Spark starts); a file
     that is not in it, or whose size or time differs, is still being written: it waits (`unsettled`)
-    unless a manifest lists it, since a copy landed half-written would be refused as changed for good."""
+    unless a manifest lists it, since a copy landed half-written would be refused as changed for good.
+    databases: the declared databases (runner/project/config.py declared_databases): a file of a
+    database folder not declared, or at the top level when they declare no default database, is
+    refused (where_refused)."""
     folder = open_folder(landing)
     found = discover(folder)
     entries = {}
     for f in found:
         entry = entries[f.relative] = {"kind": f.kind, "entity": f.entity, "path": folder.spark_path(f.relative),
                                        "relative": f.relative, "format": f.fmt, "size": f.size,
-                                       "modified_ms": f.modified_ns // 1_000_000, "modified_ns": f.modified_ns}
-        owner = f"{f.kind}/{f.entity}".lower()
+                                       "modified_ms": f.modified_ns // 1_000_000, "modified_ns": f.modified_ns,
+                                       "database": f.database or None}
+        owner = dbkey(f.database, f"{FOLDER_OF_MANIFEST.get(f.kind, f.kind)}/{f.entity}".lower())
         if f.fmt in ("csv", "parquet") and owner in (exported_columns or {}):
             entry["expected_columns"] = exported_columns[owner]
+        if reason := where_refused(f, databases or {}):
+            entry["refused"] = reason
+            continue
         if ":" in f.relative:
             entry["refused"] = ("its path holds ':', which Spark's (Hadoop's) file paths cannot read; rename it without "
                                 "':' (e.g. '-' instead), and it lands with the next run")
@@ -201,7 +231,7 @@ def files_to_land(landing: Landing, csv_dialects: dict[str, dict[str, str]] | No
             except CsvHeaderError as exc:
                 entry["refused"] = str(exc)
     # a capture instance's folder once it has a manifest; every snapshot folder
-    managed = {(FOLDER_OF_MANIFEST[f.kind], f.entity) for f in found if f.kind in FOLDER_OF_MANIFEST}
+    managed = {(f.database, FOLDER_OF_MANIFEST[f.kind], f.entity) for f in found if f.kind in FOLDER_OF_MANIFEST}
     listed: dict[str, str] = {}
     for f in found:
         if f.kind in FOLDER_OF_MANIFEST:
@@ -216,9 +246,24 @@ def files_to_land(landing: Landing, csv_dialects: dict[str, dict[str, str]] | No
         if f.kind == "snapshots":
             entry["waiting"] = "a snapshot lands only with its manifest (snapshot_lsn and the files' row counts)"
             entry["wait"] = "snapshot_manifest"
-        elif f.kind == "change_tables" and (f.kind, f.entity) in managed:
+        elif f.kind == "change_tables" and (f.database, f.kind, f.entity) in managed:
             entry["waiting"], entry["wait"] = "no export manifest lists it yet", "unlisted"
     return list(entries.values())
+
+
+def where_refused(f: LandedFile, databases: dict[str, Database]) -> str | None:
+    """Why a file may not land where it sits: in the folder of a database var cdc_databases does
+    not declare, or, once it declares databases, at the top level (the default database's) when
+    none is marked default. Events (ces/, debezium/) land at the top level whatever their database."""
+    if f.database and f.database not in databases:
+        return (f"it is in the folder of database {f.database}, which var cdc_databases does not declare (declared: "
+                f"{', '.join(sorted(databases)) or 'none'}): declare it there (docs/tables.md \"Several databases\"), or move "
+                "its exports out of databases/; they land with the next run")
+    if not f.database and f.kind not in FLAT_KINDS and databases and not any(not d.id for d in databases.values()):
+        return (f"the landing folder's top level holds the default database's exports, and var cdc_databases declares no "
+                f"default one (declared: {', '.join(sorted(databases))}): move it to {DATABASES_FOLDER}/<database>/, or mark "
+                "its database default: true (docs/landing.md \"Several databases\"); it lands with the next run")
+    return None
 
 
 def csv_dialects(project_dir: Path) -> dict[str, dict[str, str]]:
@@ -238,9 +283,12 @@ def csv_dialects(project_dir: Path) -> dict[str, dict[str, str]]:
             raise UsageError(f"cdc_csv_dialects: folder {folder} sets {', '.join(map(str, unknown))}; a folder's CSV "
                              f"dialect may set {', '.join(CSV_SETTABLE)}")
         bad = [k for k, v in options.items() if not isinstance(v, str) or (k != "nullValue" and not v)]
-        if bad or str(folder).split("/")[0] not in KINDS:
-            raise UsageError(f"cdc_csv_dialects: folder {folder} must be under one of {', '.join(KINDS)} and set each "
-                             f"option to text; got {options!r}")
+        parts = str(folder).strip("/").split("/")
+        kind = parts[2] if parts[0] == DATABASES_FOLDER and len(parts) > 2 else parts[0]
+        if bad or kind not in (DATABASE_KINDS if parts[0] == DATABASES_FOLDER else KINDS):
+            raise UsageError(f"cdc_csv_dialects: folder {folder} must be under one of {', '.join(KINDS)} (or "
+                             f"{DATABASES_FOLDER}/<database>/ and one of {', '.join(DATABASE_KINDS)}) and set each option to "
+                             f"text; got {options!r}")
         dialects[str(folder).strip("/")] = dict(options)
     return dialects
 
@@ -590,11 +638,13 @@ def land(dbt, landing: Landing, raw_schema: str, batch_id: str) -> dict[str, obj
     ignored), `landed` (files) and `counts`, the records landed per (kind, entity). A run lands
     through begin_run instead, which also plans the run from what landed."""
     folder = open_folder(landing)
-    files = files_to_land(folder, csv_dialects(dbt.project_dir), exported_columns(dbt.project_dir))
+    files = files_to_land(folder, csv_dialects(dbt.project_dir), exported_columns(dbt.project_dir),
+                          databases=declared_databases(dbt.project_dir))
     opened = open_warehouse(dbt, raw_schema, [f["relative"] for f in files])
     taken = intake(dbt, folder, files, opened.get("landed") or {}, raw_schema)
     outcome = dbt.operation("sqlserver_cdc.land_files", {"files": taken.accepted, "batch_id": batch_id,
                                                          "raw_schema": raw_schema,
                                                          "first_records": not opened.get("records_kept")}).get("land_files", {})
     rows = dbt.query(f"{{{{ sqlserver_cdc.landed_batch_counts('{batch_id}', '{raw_schema}') }}}}")
-    return {**taken.facts(), **outcome, "counts": {(r["landing_kind"], r["entity"]): int(r["records"]) for r in rows}}
+    return {**taken.facts(), **outcome, "counts": {(dbkey(r["source_database"] or "", r["landing_kind"]), r["entity"]):
+                                                   int(r["records"]) for r in rows}}

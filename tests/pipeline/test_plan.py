@@ -804,23 +804,23 @@ def test_snapshots_late_rows_and_refused_exports_are_per_database():
     assert other.tables["orders"].gap is None
 
 
-def test_retention_and_replays_are_per_database():
+def test_retention_is_per_database_and_the_replay_floor_spans_every_database():
     f = db_facts(ERP_ORDERS, CRM_ORDERS, cdc_jobs_retention={"crm": "60"},
                  previous=PreviousRun("b1", {}, retentions={"erp": 1440}))
     p = plan_run(f)
     assert p.retention == {"crm": Retention(60, 60), "erp": Retention(1440, 1440)}
     bad = plan_run(db_facts(ERP_ORDERS, cdc_jobs_retention={"erp": "soon"}))
     assert bad.retention["erp"].problem.startswith("cdc_jobs of erp: the cleanup job's retention 'soon'")
-    # Debezium events of two databases: no replay floor from LSNs that do not compare
+    # Debezium events of two databases: the replay floor is the smaller of theirs
     items = Table("items", "debezium", (), "tenant:i1", ("erp", "crm"), tenant=True)
     arrivals = {"debezium": Landed(None, "b2"), "databases/erp/debezium": Landed(dblsn("erp", 9), "b2", dblsn("erp", 5)),
                 "databases/crm/debezium": Landed(dblsn("crm", 9), "b2", dblsn("crm", 7))}
     marks = {"stg_debezium__events": Watermark(batch="b1")}
     two = plan_run(db_facts(items, arrived=arrivals, watermarks=marks, previous=PreviousRun("b1", {})))
-    assert two.models["stg_debezium__events"].lower_lsn == ""
-    one = plan_run(db_facts(items, arrived={k: v for k, v in arrivals.items() if "crm" not in k}, watermarks=marks,
+    assert two.models["stg_debezium__events"].lower_lsn == dblsn("erp", 5)
+    one = plan_run(db_facts(items, arrived={k: v for k, v in arrivals.items() if "erp" not in k}, watermarks=marks,
                             previous=PreviousRun("b1", {})))
-    assert one.models["stg_debezium__events"].lower_lsn == dblsn("erp", 5)
+    assert one.models["stg_debezium__events"].lower_lsn == dblsn("crm", 7)
 
 
 def test_event_arrivals_are_per_database_and_events_of_no_declared_database_count_for_the_batch_only():
