@@ -1,5 +1,14 @@
 {#- Private helpers shared by the current-state and history marts. -#}
 
+{#- A tracked table as its marts see it: a tenant table's key starts with source_database (docs/tables.md
+    "Several databases"), so each database's rows are keys of their own. -#}
+{% macro _mart_table(t) -%}
+    {%- if not t.tenant -%}{{ return(t) }}{%- endif -%}
+    {%- set m = dict(t) -%}
+    {%- do m.update({'key': ['source_database'] + t.key}) -%}
+    {{ return(m) }}
+{%- endmacro %}
+
 {#- The staging model of a tracked table: stg_<channel>__<table>. -#}
 {% macro _staging_ref(t) -%}
     {{ return(ref('stg_' ~ t.channel ~ '__' ~ t.name)) }}
@@ -12,24 +21,74 @@
     {{ return(t.channel != 'change_tables') }}
 {%- endmacro %}
 
-{#- The window of a mart build as SQL literals, from cdc_window (docs/marts.md "Watermarks and
-    windows"): {lower, upper, lower_batch, upper_batch (literals), snapshot (a literal, or none),
-    reconcile, scoped (an incremental build: the changes above the mart's watermark; otherwise the
-    whole staged history up to the bound), full, empty, evolve, complete_snapshots, touch_all
-    (Debezium, see _debezium_complete_snapshots)}. Bounds are literals, so Delta skips the staged
-    files outside them. -#}
+{#- The window of a mart build as SQL, from cdc_window (docs/marts.md "Watermarks and windows"):
+    {lower, upper, lower_batch, upper_batch, snapshot (or none), reconcile, scoped (an incremental
+    build: the changes above the mart's watermark; otherwise the whole staged history up to the
+    bound), full, empty, evolve, complete_snapshots, touch_all (Debezium, see
+    _debezium_complete_snapshots), range (a condition on commit_lsn that every part's changes
+    meet)}. A table of one database has literal bounds, so Delta skips the staged files outside
+    them. A tenant table's (docs/tables.md "Several databases") are per database, one part of the
+    window each: `case __DB__ when '<name>' then '<bound>' ... end`, whose __DB__ the caller puts
+    a row's source_database in (_at), NULL (nothing) for a database without a part; range then
+    bounds them all with literals, and reconciling names the databases whose snapshot
+    reconciles the marts. -#}
 {% macro _mart_window(t) -%}
     {%- set w = sqlserver_cdc.cdc_window() -%}
     {%- set literal = sqlserver_cdc._window_literal -%}
-    {%- set window = {'lower': literal(w.lower_lsn or ''), 'upper': literal(w.upper_lsn),
-        'lower_batch': literal(w.lower_batch or ''), 'upper_batch': literal(w.upper_batch),
-        'snapshot': literal(w.snapshot_lsn) if w.snapshot_lsn else none, 'reconcile': w.reconcile,
-        'scoped': not w.full, 'full': w.full, 'empty': w.empty, 'evolve': w.evolve,
-        'complete_snapshots': [], 'touch_all': false} -%}
-    {%- if t.channel == 'debezium' and execute and not w.empty and w.upper_lsn is not none -%}
-        {%- do window.update(sqlserver_cdc._debezium_complete_snapshots(t, window.upper, w.lower_batch if not w.full else none)) -%}
+    {%- if w.tenant -%}
+        {%- set parts = w.parts or [] -%}
+        {%- set lowers = parts | map(attribute='lower_lsn') | map('default', '', true) | list -%}
+        {%- set uppers = parts | selectattr('upper_lsn') | map(attribute='upper_lsn') | list -%}
+        {%- set range -%}
+            {%- if uppers | length == parts | length and parts -%}
+            commit_lsn > {{ literal(lowers | min) }} and commit_lsn <= {{ literal(uppers | max) }}
+            {%- else -%}
+            true
+            {%- endif -%}
+        {%- endset -%}
+        {%- set window = {'lower': sqlserver_cdc._by_database(parts, 'lower_lsn', ''), 'upper': sqlserver_cdc._by_database(parts, 'upper_lsn'),
+            'lower_batch': sqlserver_cdc._by_database(parts, 'lower_batch', ''),
+            'upper_batch': sqlserver_cdc._by_database(parts, 'upper_batch'),
+            'snapshot': sqlserver_cdc._by_database(parts, 'snapshot_lsn') if parts | selectattr('snapshot_lsn') | list else none,
+            'reconcile': parts | selectattr('reconcile') | list | length > 0,
+            'reconciling': parts | selectattr('reconcile') | map(attribute='name') | list,
+            'names': parts | map(attribute='name') | list, 'range': range,
+            'scoped': not w.full, 'full': w.full, 'empty': w.empty, 'evolve': w.evolve, 'tenant': true,
+            'complete_snapshots': [], 'touch_all': false} -%}
+    {%- else -%}
+        {%- set window = {'lower': literal(w.lower_lsn or ''), 'upper': literal(w.upper_lsn),
+            'lower_batch': literal(w.lower_batch or ''), 'upper_batch': literal(w.upper_batch),
+            'snapshot': literal(w.snapshot_lsn) if w.snapshot_lsn else none, 'reconcile': w.reconcile, 'range': 'true',
+            'scoped': not w.full, 'full': w.full, 'empty': w.empty, 'evolve': w.evolve, 'tenant': false,
+            'complete_snapshots': [], 'touch_all': false} -%}
+    {%- endif -%}
+    {%- if t.channel == 'debezium' and execute and not w.empty and (w.upper_lsn is not none or w.tenant) -%}
+        {%- set lower_batches = {} -%}
+        {%- for p in (w.parts or []) if w.tenant -%}{%- do lower_batches.update({p.name: p.get('lower_batch') or ''}) -%}{%- endfor -%}
+        {%- do window.update(sqlserver_cdc._debezium_complete_snapshots(t, window,
+            none if w.full else (lower_batches if w.tenant else w.lower_batch))) -%}
     {%- endif -%}
     {{ return(window) }}
+{%- endmacro %}
+
+{#- A tenant window's bound per database: `case __DB__ when '<name>' then '<value>' ... end` over
+    the parts' `field` ('' for a part without one when `missing` is '', else NULL). -#}
+{% macro _by_database(parts, field, missing=none) -%}
+    {%- set whens = [] -%}
+    {%- for p in parts -%}
+        {%- set value = p.get(field) -%}
+        {%- if value is none and missing is not none -%}{%- set value = missing -%}{%- endif -%}
+        {%- if value is not none -%}
+            {%- do whens.append("when " ~ sqlserver_cdc._sql_string(p.name) ~ " then " ~ sqlserver_cdc._sql_string(value)) -%}
+        {%- endif -%}
+    {%- endfor -%}
+    {{ return(('(case __DB__ ' ~ whens | join(' ') ~ ' end)') if whens else 'cast(null as string)') }}
+{%- endmacro %}
+
+{#- A window's bound (see _mart_window) for the rows whose source_database is `column`: a tenant
+    table's per-database bound, a table of one database's literal as it is. -#}
+{% macro _at(bound, column) -%}
+    {{- bound | replace('__DB__', column) -}}
 {%- endmacro %}
 
 {#- An LSN or batch id of a window as a SQL literal (NULL when there is none). -#}
@@ -42,13 +101,15 @@
     window's lower batch, or whose LSN is above its lower LSN (every key when the window is not
     scoped, or a complete Debezium snapshot arrived). window: see _mart_window. -#}
 {% macro _mart_touched(t, window) -%}
+    {%- set at = sqlserver_cdc._at %}
     select distinct {% for k in t.key %}staged.{{ k }}{{ ', ' if not loop.last }}{% endfor %}
     from {{ sqlserver_cdc._staging_ref(t) }} as staged
     where staged.quarantine_reason is null
-        and staged.commit_lsn <= {{ window.upper }}
+        and staged.commit_lsn <= {{ at(window.upper, 'staged.source_database') }}
         {%- if window.scoped and not window.touch_all %}
-        and ((staged._batch_id > {{ window.lower_batch }} and staged._batch_id <= {{ window.upper_batch }})
-            or staged.commit_lsn > {{ window.lower }})
+        and ((staged._batch_id > {{ at(window.lower_batch, 'staged.source_database') }}
+                and staged._batch_id <= {{ at(window.upper_batch, 'staged.source_database') }})
+            or staged.commit_lsn > {{ at(window.lower, 'staged.source_database') }})
         {%- endif %}
 {%- endmacro %}
 
@@ -92,7 +153,7 @@
                 on {{ sqlserver_cdc._key_match(t, 'staged', 'touched') }}
             {%- endif %}
             where staged.quarantine_reason is null
-                and staged.commit_lsn <= {{ window.upper }}
+                and staged.commit_lsn <= {{ sqlserver_cdc._at(window.upper, 'staged.source_database') }}
         )
         window carried as (
             partition by {{ t.key | join(', ') }}, _life order by commit_lsn, change_lsn
@@ -107,20 +168,26 @@
 {%- endmacro %}
 
 {#- The trusted staged change rows of a change-table table with lower < commit_lsn <= upper
-    (snapshot rows left out), with their commit time from lsn_time_mapping. -#}
+    (snapshot rows left out), with their commit time from the lsn_time_mapping of their database
+    (a tenant table's rows by their source_database, per its window's parts). -#}
 {% macro _staged_changes(t, window) -%}
+    {%- set at = sqlserver_cdc._at %}
+    {%- set mapped = sqlserver_cdc._database_name_of(t, 'source_database') if t.tenant else 'source_database' %}
     select staged.*, commit_times.tran_end_time as commit_time
     from {{ sqlserver_cdc._staging_ref(t) }} as staged
     left join (
-        select start_lsn, tran_end_time
+        select {{ mapped }} as _database, start_lsn, tran_end_time
         from {{ ref('stg_cdc_metadata__lsn_time_mapping') }}
-        where quarantine_reason is null
-            and start_lsn > {{ window.lower }} and start_lsn <= {{ window.upper }}
+        where quarantine_reason is null and {{ sqlserver_cdc._raw_database_filter(t) }} and {{ window.range | replace('commit_lsn', 'start_lsn') }}
+            and start_lsn > {{ at(window.lower, mapped) }} and start_lsn <= {{ at(window.upper, mapped) }}
     ) as commit_times
         on staged.commit_lsn = commit_times.start_lsn
-    where staged.quarantine_reason is null
-        and staged.commit_lsn > {{ window.lower }}
-        and staged.commit_lsn <= {{ window.upper }}
+        {%- if t.tenant %}
+        and staged.source_database = commit_times._database
+        {%- endif %}
+    where staged.quarantine_reason is null and {{ window.range | replace('commit_lsn', 'staged.commit_lsn') }}
+        and staged.commit_lsn > {{ at(window.lower, 'staged.source_database') }}
+        and staged.commit_lsn <= {{ at(window.upper, 'staged.source_database') }}
         -- snapshot rows are not changes: a snapshot starts a window (see transactions)
         and staged.operation != 'snapshot'
 {%- endmacro %}

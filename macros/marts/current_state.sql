@@ -17,7 +17,7 @@
 {%- endmacro %}
 
 {% macro spark__current_state(table_name) -%}
-{%- set t = sqlserver_cdc.tracked_table(table_name) -%}
+{%- set t = sqlserver_cdc._mart_table(sqlserver_cdc.tracked_table(table_name)) -%}
 {{ config(materialized='cdc_mart', meta={'cdc_mart': 'current_state', 'cdc_table': table_name}) }}
 {{ sqlserver_cdc._mart_dependencies(t, 'current_state') }}
 {%- set non_key = sqlserver_cdc._non_key_columns(t) -%}

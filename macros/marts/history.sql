@@ -19,7 +19,7 @@
 {%- endmacro %}
 
 {% macro spark__history(table_name) -%}
-{%- set t = sqlserver_cdc.tracked_table(table_name) -%}
+{%- set t = sqlserver_cdc._mart_table(sqlserver_cdc.tracked_table(table_name)) -%}
 {{ config(materialized='cdc_mart', meta={'cdc_mart': 'history', 'cdc_table': table_name}) }}
 {{ sqlserver_cdc._mart_dependencies(t, 'history') }}
 {%- set non_key = sqlserver_cdc._non_key_columns(t) -%}
@@ -81,7 +81,7 @@ recompute as (
     -- the stored versions the window can change: still open, or closed inside the window
     select {% for c in version_columns %}stored.{{ c }}, {% endfor %}0 as _priority
     from stored
-    where stored.valid_to_lsn is null or stored.valid_to_lsn > {{ window.lower }}
+    where stored.valid_to_lsn is null or stored.valid_to_lsn > {{ sqlserver_cdc._at(window.lower, 'stored.source_database') }}
     {%- endif %}
 ),
 

@@ -10,7 +10,7 @@
 {%- endmacro %}
 
 {% macro spark__mart_merge_sql(target, source, table_name, mart, evolve=false) -%}
-{%- set t = sqlserver_cdc.tracked_table(table_name) -%}
+{%- set t = sqlserver_cdc._mart_table(sqlserver_cdc.tracked_table(table_name)) -%}
 {%- if mart not in ('current_state', 'history') -%}
     {{ exceptions.raise_compiler_error("mart_merge_sql: mart must be 'current_state' or 'history'; got '" ~ mart ~ "'") }}
 {%- endif -%}

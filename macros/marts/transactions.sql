@@ -115,7 +115,7 @@ reconciled_changes as (
                     max_by(struct(operation_code{% for c in non_key %}, {{ c }}{% endfor %}),
                         struct(commit_lsn, change_lsn, command_id)) as _last
                 from changes
-                where commit_lsn < {{ s.lsn }}
+                where commit_lsn < {{ s.lsn }}{% if t.tenant %} and source_database = {{ sqlserver_cdc._sql_string(s.name) }}{% endif %}
                 group by {{ t.key | join(', ') }}
                 having _last.operation_code != 1
             ) as alive
@@ -155,29 +155,39 @@ transactions as (
     not hold, 1 for a key the marts hold alive that the snapshot lacks). CTEs ending without a
     comma. -#}
 {% macro _snapshot_reconciled(t, window) -%}
+{%- set at = sqlserver_cdc._at -%}
 {%- set columns = t.columns | map(attribute='name') | list -%}
 {%- set non_key = sqlserver_cdc._non_key_columns(t) -%}
 -- the table's snapshot at the window's lower bound (docs/landing.md "Snapshots"): the changes above apply on
 -- top of it; it reconciles what the marts hold
 snapshot as (
     -- distinct: a snapshot landed twice (under another name) counts once
-    select distinct {{ columns | join(', ') }}
+    select distinct {{ (['source_database'] if t.tenant else []) | join('') }}{{ ', ' if t.tenant }}{{ columns | join(', ') }}
     from {{ sqlserver_cdc._staging_ref(t) }}
-    where quarantine_reason is null and operation = 'snapshot' and commit_lsn = {{ window.snapshot }}
+    where quarantine_reason is null and operation = 'snapshot' and commit_lsn = {{ at(window.snapshot, 'source_database') }}
 ),
 
 {%- set known = sqlserver_cdc._current_relation(t) if window.reconcile else none %}
 {%- if known is not none %}
 
 known as (
-    select {{ sqlserver_cdc._stored_columns(known, t, columns, window.evolve) }} from {{ known }} where not is_deleted
+    select {{ sqlserver_cdc._stored_columns(known, t, (['source_database'] if t.tenant else []) + columns, window.evolve) }}
+    from {{ known }}
+    where not is_deleted
+        {%- if t.tenant %}
+        -- the databases whose snapshot reconciles the marts
+        and source_database in ('{{ window.reconciling | join("', '") }}')
+        {%- endif %}
 ),
 {%- endif %}
 
 snapshot_time as (
-    select max_by(tran_end_time, start_lsn) as commit_time
+    {%- set mapped = sqlserver_cdc._database_name_of(t, 'source_database') if t.tenant else "''" %}
+    select {{ mapped }} as _database, max_by(tran_end_time, start_lsn) as commit_time
     from {{ ref('stg_cdc_metadata__lsn_time_mapping') }}
-    where quarantine_reason is null and start_lsn <= {{ window.snapshot }}
+    where quarantine_reason is null and {{ sqlserver_cdc._raw_database_filter(t) }}
+        and start_lsn <= {{ at(window.snapshot, mapped) }}
+    group by 1
 ),
 
 reconciled as (
@@ -187,7 +197,7 @@ reconciled as (
         {%- for k in t.key %}
         snapshot.{{ k }},
         {%- endfor %}
-        {{ window.snapshot }} as commit_lsn,
+        {{ at(window.snapshot, 'snapshot.source_database') }} as commit_lsn,
         5 as operation_code,
         {{ sqlserver_cdc.update_mask_from_flags(sqlserver_cdc._snapshot_flags(t, known is not none), width=t.columns | map(attribute='ordinal') | max) }} as update_mask,
         {%- for c in non_key %}
@@ -195,7 +205,8 @@ reconciled as (
         {%- endfor %}
         snapshot_time.commit_time
     from snapshot
-    cross join snapshot_time
+    join snapshot_time
+        on snapshot_time._database = {{ 'snapshot.source_database' if t.tenant else "''" }}
     {%- if known is not none %}
     left join known
         on {{ sqlserver_cdc._key_match(t, 'snapshot', 'known') }}
@@ -210,7 +221,7 @@ reconciled as (
         {%- for k in t.key %}
         known.{{ k }},
         {%- endfor %}
-        {{ window.snapshot }} as commit_lsn,
+        {{ at(window.snapshot, 'known.source_database') }} as commit_lsn,
         1 as operation_code,
         cast(null as binary) as update_mask,
         {%- for c in non_key %}
@@ -218,36 +229,47 @@ reconciled as (
         {%- endfor %}
         snapshot_time.commit_time
     from known
-    cross join snapshot_time
+    join snapshot_time
+        on snapshot_time._database = {{ 'known.source_database' if t.tenant else "''" }}
     left anti join snapshot
         on {{ sqlserver_cdc._key_match(t, 'known', 'snapshot') }}
     {%- endif %}
 )
 {%- endmacro %}
 
-{#- The complete Debezium snapshots of table t up to `upper` (docs/landing.md "Snapshots"):
-    {complete_snapshots: [{lsn, commit_time}] as SQL literals, touch_all}. A snapshot is complete
-    when a row of it is marked `last` (the end of the whole snapshot, whichever table it is in)
-    or, for this table, `last_in_data_collection`, and the table has rows in it; an incremental
-    snapshot never is. touch_all: one of them (its rows or its marker) landed after
-    `lower_batch`, so every key of the table is rebuilt (keys it lacks are deleted). The markers
-    are read from stg_debezium__events by a predicate on snapshot_marker, which Delta's file
-    statistics answer without reading the files of ordinary changes. -#}
-{% macro _debezium_complete_snapshots(t, upper, lower_batch) -%}
-    {%- set markers = run_query("select commit_lsn, max(_batch_id) from " ~ ref('stg_debezium__events')
-        ~ " where status = 'complete' and (snapshot_marker = 'last' or (snapshot_marker = 'last_in_data_collection' and "
-        ~ sqlserver_cdc._event_route(t) ~ ")) and commit_lsn <= " ~ upper ~ " group by commit_lsn") -%}
+{#- The complete Debezium snapshots of table t within its window (docs/landing.md "Snapshots"):
+    {complete_snapshots: [{lsn, commit_time, name}] as SQL literals (name: a tenant table's
+    database), touch_all}. A snapshot is complete when a row of it is marked `last` (the end of
+    the whole snapshot of its database, whichever table it is in) or, for this table,
+    `last_in_data_collection`, and the table has rows in it; an incremental snapshot never is.
+    touch_all: one of them (its rows or its marker) landed after `lower_batch` (a tenant table's:
+    its database's, by name), so every key of the table is rebuilt (keys it lacks are deleted). The markers are read from
+    stg_debezium__events by a predicate on snapshot_marker, which Delta's file statistics answer
+    without reading the files of ordinary changes. -#}
+{% macro _debezium_complete_snapshots(t, window, lower_batch) -%}
+    {%- set name = sqlserver_cdc._event_database('debezium', 'name') if t.tenant else "''" -%}
+    {%- set from = [] -%}
+    {%- for db in t.databases if db.sql_name -%}{%- do from.append(sqlserver_cdc._event_from('debezium', db)) -%}{%- endfor -%}
+    {%- set markers = run_query("select " ~ name ~ ", commit_lsn, max(_batch_id) from " ~ ref('stg_debezium__events')
+        ~ " where status = 'complete' and ((snapshot_marker = 'last'" ~ ((" and (" ~ from | join(' or ') ~ ")") if from else '')
+        ~ ") or (snapshot_marker = 'last_in_data_collection' and " ~ sqlserver_cdc._event_route(t) ~ ")) and commit_lsn <= "
+        ~ sqlserver_cdc._at(window.upper, name) ~ " group by 1, 2") -%}
     {%- set found = [] -%}
     {%- set touch = namespace(all=false) -%}
     {%- if markers.rows | length > 0 -%}
-        {%- set landed = {} -%}
-        {%- for row in markers -%}{%- do landed.update({row[0]: row[1]}) -%}{%- endfor -%}
-        {%- for row in run_query("select commit_lsn, cast(max(commit_time) as string), max(_batch_id) from "
-            ~ sqlserver_cdc._staging_ref(t) ~ " where quarantine_reason is null and operation = 'snapshot' and commit_lsn in ('"
-            ~ landed.keys() | join("', '") ~ "') group by commit_lsn order by commit_lsn") -%}
-            {%- do found.append({'lsn': "'" ~ row[0] ~ "'",
-                'commit_time': "timestamp'" ~ row[1] ~ "'" if row[1] else 'cast(null as timestamp)'}) -%}
-            {%- set touch.all = touch.all or lower_batch is none or [row[2], landed[row[0]]] | max > lower_batch -%}
+        {%- set landed, pairs = {}, [] -%}
+        {%- for row in markers -%}
+            {%- do landed.update({row[0] ~ '/' ~ row[1]: row[2]}) -%}
+            {%- do pairs.append("(" ~ sqlserver_cdc._sql_string(row[0]) ~ ", " ~ sqlserver_cdc._sql_string(row[1]) ~ ")") -%}
+        {%- endfor -%}
+        {%- set database = 'source_database' if t.tenant else "''" -%}
+        {%- for row in run_query("select " ~ database ~ ", commit_lsn, cast(max(commit_time) as string), max(_batch_id) from "
+            ~ sqlserver_cdc._staging_ref(t) ~ " where quarantine_reason is null and operation = 'snapshot' and ("
+            ~ database ~ ", commit_lsn) in (" ~ pairs | join(', ') ~ ") group by 1, 2 order by 1, 2") -%}
+            {%- do found.append({'lsn': "'" ~ row[1] ~ "'", 'name': row[0],
+                'commit_time': "timestamp'" ~ row[2] ~ "'" if row[2] else 'cast(null as timestamp)'}) -%}
+            {%- set lower = lower_batch.get(row[0], '') if lower_batch is mapping else lower_batch -%}
+            {%- set touch.all = touch.all or lower is none or [row[3], landed[row[0] ~ '/' ~ row[1]]] | max > lower -%}
         {%- endfor -%}
     {%- endif -%}
     {{ return({'complete_snapshots': found, 'touch_all': touch.all}) }}
@@ -273,6 +295,7 @@ reconciled as (
     {%- endif -%}
     {%- set stored = adapter.get_columns_in_relation(relation) | map(attribute='name') | map('lower') | list -%}
     {%- set types = {} -%}
+    {%- do types.update({'source_database': 'string'}) -%}
     {%- for c in t.columns -%}{%- do types.update({c.name: sqlserver_cdc.spark_type(c.type)}) -%}{%- endfor -%}
     {%- for c in columns -%}
         {{ c if c | lower in stored else 'cast(null as ' ~ types[c] ~ ') as ' ~ c }}{{ ', ' if not loop.last }}

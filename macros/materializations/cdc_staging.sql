@@ -5,7 +5,8 @@
     table from them; otherwise they are appended by name (with unique_key: merged, the stored
     rows they settle updated; incremental_predicates limit the stored rows the MERGE reads), or,
     when the table's declaration changed since the last build, merged with schema evolution so
-    a newly declared column is added. Nothing else runs: no describe, no temporary view. -#}
+    a newly declared column is added. A unique key matches NULL to NULL (the default database's
+    source_database). Nothing else runs: no describe, no temporary view. -#}
 {% materialization cdc_staging, adapter='spark' -%}
     {%- set window = sqlserver_cdc.cdc_window() -%}
     {%- set target_relation = this.incorporate(type='table') -%}
@@ -22,7 +23,7 @@
         {%- set keys = [unique_key] if unique_key is string else unique_key %}
         merge {{ 'with schema evolution ' if window.evolve }}into {{ target_relation }} as DBT_INTERNAL_DEST
         using ({{ compiled_code }}) as DBT_INTERNAL_SOURCE
-        on {% for p in predicates %}{{ p }} and {% endfor %}{% for k in keys %}DBT_INTERNAL_SOURCE.{{ k }} = DBT_INTERNAL_DEST.{{ k }}{{ ' and ' if not loop.last }}{% endfor %}
+        on {% for p in predicates %}{{ p }} and {% endfor %}{% for k in keys %}DBT_INTERNAL_SOURCE.{{ k }} <=> DBT_INTERNAL_DEST.{{ k }}{{ ' and ' if not loop.last }}{% endfor %}
         when matched then update set *
         when not matched then insert *
         {%- elif window.evolve %}

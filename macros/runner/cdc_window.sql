@@ -7,7 +7,8 @@
       renders the whole-history SQL without a connection.
     Fields: kind (staging | mart), full (built from scratch), from_batch and through_batch
     (staging: the landing batches it takes in), lower_lsn, upper_lsn, lower_batch, upper_batch
-    (a mart's changes), snapshot_lsn and reconcile (a change-table snapshot starting the window),
+    (a mart's changes; a tenant table's per database in parts, docs/tables.md "Several
+    databases"), snapshot_lsn and reconcile (a change-table snapshot starting the window),
     evolve (the table's declaration changed since the model was built), empty (a mart with
     nothing in its window, a staging model with no batch to take in and no column to add: no
     statement runs). -#}
@@ -19,7 +20,7 @@
     {%- set name = name or model.name -%}
     {%- set window = {'kind': 'mart', 'table': none, 'full': true, 'from_batch': '', 'through_batch': none,
         'lower_lsn': '', 'upper_lsn': none, 'lower_batch': '', 'upper_batch': none, 'snapshot_lsn': none,
-        'reconcile': false, 'evolve': false} -%}
+        'reconcile': false, 'evolve': false, 'tenant': false, 'parts': []} -%}
     {%- set plan = var('cdc_plan', none) -%}
     {%- if plan is not none and name in plan.models -%}
         {%- do window.update({'full': false}) -%}
@@ -29,6 +30,17 @@
     {%- endif -%}
     {%- set lsns_done = window.upper_lsn is none or window.lower_lsn >= window.upper_lsn -%}
     {%- set batches_done = window.upper_batch is none or window.lower_batch >= window.upper_batch -%}
+    {%- if window.tenant and window.kind == 'mart' -%}
+        {#- a tenant table's mart: per database, its part of the window (none: nothing to apply) -#}
+        {%- set done = namespace(lsns=true, batches=true, snapshot=false) -%}
+        {%- for p in window.parts -%}
+            {%- set done.lsns = done.lsns and (p.get('upper_lsn') is none or (p.get('lower_lsn') or '') >= p.upper_lsn) -%}
+            {%- set done.batches = done.batches and (p.get('upper_batch') is none or (p.get('lower_batch') or '') >= p.upper_batch) -%}
+            {%- set done.snapshot = done.snapshot or p.get('snapshot_lsn') is not none -%}
+        {%- endfor -%}
+        {%- set lsns_done, batches_done = done.lsns, done.batches -%}
+        {%- do window.update({'snapshot_lsn': 'per database' if done.snapshot else none}) -%}
+    {%- endif -%}
     {%- set staged_all = window.through_batch is not none and window.from_batch >= window.through_batch -%}
     {%- do window.update({'empty': not window.full and (
         (window.kind == 'mart' and window.snapshot_lsn is none and lsns_done and batches_done)

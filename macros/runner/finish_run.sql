@@ -3,31 +3,38 @@
     ledger row, once; logs `sqlserver_cdc.finish_run <json>` ({tables, streams}) for the runner
     to print. Four statements (and one per event channel the run staged): the counts of the
     tables the run staged or applied (the others keep the counts of the previous row), their lags
-    and retention headrooms, the watermark table rewritten with one row per model, the ledger row.
+    and retention headrooms, the watermark table rewritten with one row per model and database,
+    the ledger row.
     run: the ledger row's fields (see _ledger_ddl) but tables and streams; tables: per tracked
-    table {name, channel, staging, staged (its staging built), applied (its marts built),
-    lower_lsn, lower_batch (the current-state mart's before the run), lsn_reached, batch_reached,
-    advanced, current_rows, history_versions (the previous row's)}; streams: per declared event
-    channel {channel, counted (its events model built), quarantined_total (the previous row's)};
-    watermarks: the models whose watermark moved, {model, lsn, batch, declaration};
-    capture_lsn: the change-table capture high-water mark (the lag's reference);
-    retention_minutes: the cleanup job's retention (the headroom's reference). -#}
-{% macro finish_run(run, tables=[], streams=[], watermarks=[], capture_lsn=none, retention_minutes=none) -%}
-    {{ return(adapter.dispatch('finish_run', 'sqlserver_cdc')(run=run, tables=tables, streams=streams, watermarks=watermarks, capture_lsn=capture_lsn, retention_minutes=retention_minutes)) }}
+    table and database it reads {name, channel, staging, tenant, database_id (its id, '' the
+    default one), source_database (its name in a project of several databases, else none: a
+    tenant table's rows of it are counted), staged (its staging built), applied (its marts
+    built with changes of it), lower_lsn, lower_batch (the current-state mart's before the run
+    there), lsn_reached, batch_reached, advanced, current_rows, history_versions (the previous
+    row's), capture_lsn (the database's capture high-water mark: the lag's reference),
+    retention_minutes (its cleanup job's retention: the headroom's reference)}; streams: per
+    declared event channel {channel, counted (its events model built), quarantined_total (the
+    previous row's)}; watermarks: the models whose watermark moved, {model, database (none: the
+    model's own, or the default database's part of a mart), lsn, batch, declaration}. -#}
+{% macro finish_run(run, tables=[], streams=[], watermarks=[]) -%}
+    {{ return(adapter.dispatch('finish_run', 'sqlserver_cdc')(run=run, tables=tables, streams=streams, watermarks=watermarks)) }}
 {%- endmacro %}
 
-{% macro spark__finish_run(run, tables=[], streams=[], watermarks=[], capture_lsn=none, retention_minutes=none) -%}
+{% macro spark__finish_run(run, tables=[], streams=[], watermarks=[]) -%}
     {%- set counted = sqlserver_cdc._run_counts(run, tables) -%}
-    {%- set times = sqlserver_cdc._lags_and_headrooms(tables, capture_lsn, retention_minutes) -%}
+    {%- set times = sqlserver_cdc._lags_and_headrooms(tables) -%}
     {%- set lags, headrooms = times.lags, times.headrooms -%}
-    {%- set summary = [] -%}
+    {%- set summary, headroom_by_key = [], {} -%}
     {%- for t in tables -%}
-        {%- set c = counted.get(t.name, {}) -%}
-        {%- do summary.append({'tracked_table': t.name, 'rows_landed': c.get('rows_landed', 0), 'quarantined': c.get('quarantined', 0),
+        {%- set key = sqlserver_cdc._dbkey(t.database_id, t.name) -%}
+        {%- set c = counted.get(key, {}) -%}
+        {%- do summary.append({'tracked_table': t.name, 'source_database': t.source_database, 'database_id': t.database_id,
+            'rows_landed': c.get('rows_landed', 0), 'quarantined': c.get('quarantined', 0),
             'changes_applied': c.get('changes_applied', 0), 'lsn_reached': t.lsn_reached, 'advanced': t.advanced,
-            'lag_seconds': lags.get(t.name), 'headroom_seconds': headrooms.get(t.name),
+            'lag_seconds': lags.get(key), 'headroom_seconds': headrooms.get(key),
             'current_rows': c.get('current_rows', t.current_rows or 0),
             'history_versions': c.get('history_versions', t.history_versions or 0)}) -%}
+        {%- if headrooms.get(key) is not none -%}{%- do headroom_by_key.update({key: headrooms[key]}) -%}{%- endif -%}
     {%- endfor -%}
     {%- set stream_rows = [] -%}
     {%- for s in streams -%}
@@ -45,45 +52,53 @@
         {% do run_query(sqlserver_cdc._rewrite_watermarks(watermarks, run.run_id)) %}
     {%- endif -%}
     {%- set run = dict(run) -%}
-    {%- do run.update({'headroom_seconds': headrooms}) -%}
-    {% do run_query(sqlserver_cdc._ledger_insert(run, summary, stream_rows)) %}
+    {%- do run.update({'headroom_seconds': headroom_by_key}) -%}
+    {%- set ledger_rows = [] -%}
+    {%- for row in summary -%}
+        {%- set kept = dict(row) -%}{%- do kept.pop('database_id') -%}{%- do ledger_rows.append(kept) -%}
+    {%- endfor -%}
+    {% do run_query(sqlserver_cdc._ledger_insert(run, ledger_rows, stream_rows)) %}
     {{ log('sqlserver_cdc.finish_run ' ~ tojson({'tables': summary, 'streams': stream_rows}), info=true) }}
 {%- endmacro %}
 
-{% macro default__finish_run(run, tables=[], streams=[], watermarks=[], capture_lsn=none, retention_minutes=none) -%}
+{% macro default__finish_run(run, tables=[], streams=[], watermarks=[]) -%}
     {{ exceptions.raise_compiler_error(sqlserver_cdc._not_supported('finish_run')) }}
 {%- endmacro %}
 
-{#- One query counting, for the tables the run staged or applied: rows landed and quarantined
-    in the batches it took in (after since_run_id, up to run_id: a batch a killed run landed
-    counts in the run that stages it), changes applied (change tables: trusted change rows
-    between the current-state mart's watermark before and after the run, update-before rows
-    left out; event channels: the trusted events of the batches it took in up to the LSN
-    reached) and both marts' rows. Every bound is a literal, so Delta skips other batches' files. -#}
+{#- One query counting, for the tables the run staged or applied, per database: rows landed and
+    quarantined in the batches it took in (after since_run_id, up to run_id: a batch a killed run
+    landed counts in the run that stages it), changes applied (change tables: trusted change rows
+    between the current-state mart's watermark before and after the run, update-before rows left
+    out; event channels: the trusted events of the batches it took in up to the LSN reached) and
+    both marts' rows (a tenant table's: those of the database). Every bound is a literal, so Delta
+    skips other batches' files. Keyed dbkey(database, table). -#}
 {% macro _run_counts(run, tables) -%}
     {%- set selects = [] -%}
-    {%- set batches = "_batch_id > " ~ sqlserver_cdc._sql_string(run.since_run_id or '') ~ " and _batch_id <= " ~ sqlserver_cdc._sql_string(run.run_id) -%}
+    {%- set s = sqlserver_cdc._sql_string -%}
+    {%- set batches = "_batch_id > " ~ s(run.since_run_id or '') ~ " and _batch_id <= " ~ s(run.run_id) -%}
     {%- for t in tables if t.staged or t.applied -%}
         {%- set staging = sqlserver_cdc._model_relation(t.staging) -%}
+        {%- set mine = (" and source_database = " ~ s(t.source_database)) if t.tenant else '' -%}
         {%- set applied -%}
             {%- if not t.applied or not t.lsn_reached -%}
             cast(0 as bigint)
             {%- elif t.channel == 'change_tables' -%}
-            (select count(*) from {{ staging }} where commit_lsn > {{ sqlserver_cdc._sql_string(t.lower_lsn or '') }}
-                and commit_lsn <= {{ sqlserver_cdc._sql_string(t.lsn_reached) }} and quarantine_reason is null and operation != 'update_before')
+            (select count(*) from {{ staging }} where commit_lsn > {{ s(t.lower_lsn or '') }}
+                and commit_lsn <= {{ s(t.lsn_reached) }} and quarantine_reason is null and operation != 'update_before'{{ mine }})
             {%- else -%}
             {#- events arrive out of order: those this run took in, whatever their LSN -#}
-            (select count(*) from {{ staging }} where _batch_id > {{ sqlserver_cdc._sql_string(t.lower_batch or '') }}
-                and _batch_id <= {{ sqlserver_cdc._sql_string(t.batch_reached or '') }}
-                and commit_lsn <= {{ sqlserver_cdc._sql_string(t.lsn_reached) }} and quarantine_reason is null)
+            (select count(*) from {{ staging }} where _batch_id > {{ s(t.lower_batch or '') }}
+                and _batch_id <= {{ s(t.batch_reached or '') }}
+                and commit_lsn <= {{ s(t.lsn_reached) }} and quarantine_reason is null{{ mine }})
             {%- endif -%}
         {%- endset -%}
-        {%- do selects.append("select '" ~ t.name ~ "' as tracked_table, "
-            ~ ("(select count(*) from " ~ staging ~ " where " ~ batches ~ ")" if t.staged else "cast(0 as bigint)") ~ " as rows_landed, "
-            ~ ("(select count_if(quarantine_reason is not null) from " ~ staging ~ " where " ~ batches ~ ")" if t.staged else "cast(0 as bigint)") ~ " as quarantined, "
+        {%- set marts = (" where source_database = " ~ s(t.source_database)) if t.tenant else '' -%}
+        {%- do selects.append("select " ~ s(sqlserver_cdc._dbkey(t.database_id, t.name)) ~ " as tracked_table, "
+            ~ ("(select count(*) from " ~ staging ~ " where " ~ batches ~ mine ~ ")" if t.staged else "cast(0 as bigint)") ~ " as rows_landed, "
+            ~ ("(select count_if(quarantine_reason is not null) from " ~ staging ~ " where " ~ batches ~ mine ~ ")" if t.staged else "cast(0 as bigint)") ~ " as quarantined, "
             ~ applied ~ " as changes_applied, "
-            ~ ("(select count(*) from " ~ sqlserver_cdc._model_relation(t.name ~ '_current') ~ ")" if t.applied else "cast(null as bigint)") ~ " as current_rows, "
-            ~ ("(select count(*) from " ~ sqlserver_cdc._model_relation(t.name ~ '_history') ~ ")" if t.applied else "cast(null as bigint)") ~ " as history_versions") -%}
+            ~ ("(select count(*) from " ~ sqlserver_cdc._model_relation(t.name ~ '_current') ~ marts ~ ")" if t.applied else "cast(null as bigint)") ~ " as current_rows, "
+            ~ ("(select count(*) from " ~ sqlserver_cdc._model_relation(t.name ~ '_history') ~ marts ~ ")" if t.applied else "cast(null as bigint)") ~ " as history_versions") -%}
     {%- endfor -%}
     {%- set counted = {} -%}
     {%- if selects -%}
@@ -96,49 +111,51 @@
     {{ return(counted) }}
 {%- endmacro %}
 
-{#- Per change-table table, from one query over the staged lsn_time_mapping: its lag (seconds from
-    the commit time of the LSN its current-state mart reached to that of the capture high-water
-    mark) and, when the cleanup's retention_minutes is known, its retention headroom
-    (docs/operations.md "Retention headroom": the commit time of the first landed mapping row
-    above the LSN it reached, a transaction of the database that may or may not change the table,
-    so a lower bound, plus the retention, less now; none when no landed transaction is above it).
-    Without a retention the query reads those LSNs' rows only, with one the rows above the
-    smallest (Delta skips the files below). Returns {lags, headrooms}, each by table name. -#}
-{% macro _lags_and_headrooms(tables, capture_lsn, retention_minutes) -%}
-    {%- set marks, lsns = [], [] -%}
-    {%- for t in tables if t.channel == 'change_tables' and t.lsn_reached -%}
-        {%- do marks.append("(" ~ sqlserver_cdc._sql_string(t.name) ~ ", " ~ sqlserver_cdc._sql_string(t.lsn_reached) ~ ")") -%}
-        {%- do lsns.append(sqlserver_cdc._sql_string(t.lsn_reached)) -%}
+{#- Per change-table table and database (keyed dbkey(database, table)), from one query over the
+    staged lsn_time_mapping: its lag (seconds from the commit time of the LSN its current-state
+    mart reached there to that of the database's capture high-water mark, capture_lsn) and, when
+    the database's cleanup retention_minutes is known, its retention headroom (docs/operations.md
+    "Retention headroom": the commit time of the first landed mapping row of the database above
+    the LSN it reached, a transaction of the database that may or may not change the table, so a
+    lower bound, plus the retention, less now; none when no landed transaction is above it). The
+    query reads the rows of the databases concerned at those LSNs and, with a retention, above the
+    smallest (Delta skips the files below). Returns {lags, headrooms}. -#}
+{% macro _lags_and_headrooms(tables) -%}
+    {%- set s = sqlserver_cdc._sql_string -%}
+    {%- set marks, lsns, found = [], [], {'lags': {}, 'headrooms': {}} -%}
+    {%- for t in tables if t.channel == 'change_tables' and t.lsn_reached and (t.capture_lsn or t.retention_minutes is not none) -%}
+        {%- do marks.append("(" ~ s(sqlserver_cdc._dbkey(t.database_id, t.name)) ~ ", " ~ s(t.database_id) ~ ", " ~ s(t.lsn_reached)
+            ~ ", " ~ (s(t.capture_lsn) if t.capture_lsn else 'cast(null as string)') ~ ", "
+            ~ ('cast(' ~ t.retention_minutes | int ~ ' as bigint)' if t.retention_minutes is not none else 'cast(null as bigint)') ~ ")") -%}
+        {%- do lsns.append(s(t.lsn_reached)) -%}
+        {%- if t.capture_lsn -%}{%- do lsns.append(s(t.capture_lsn)) -%}{%- endif -%}
     {%- endfor -%}
-    {%- set found = {'lags': {}, 'headrooms': {}} -%}
-    {%- if not marks or (not capture_lsn and retention_minutes is none)
-        or not sqlserver_cdc._relation_exists('stg_cdc_metadata__lsn_time_mapping') -%}
+    {%- if not marks or not sqlserver_cdc._relation_exists('stg_cdc_metadata__lsn_time_mapping') -%}
         {{ return(found) }}
     {%- endif -%}
-    {%- set capture = sqlserver_cdc._sql_string(capture_lsn) if capture_lsn else 'cast(null as string)' -%}
     {%- set query -%}
         select marks.name,
             max(case when mapping.start_lsn = marks.lsn then unix_timestamp(mapping.tran_end_time) end),
-            max(case when mapping.start_lsn = {{ capture }} then unix_timestamp(mapping.tran_end_time) end),
+            max(case when mapping.start_lsn = marks.capture then unix_timestamp(mapping.tran_end_time) end),
             min_by(unix_timestamp(mapping.tran_end_time), mapping.start_lsn) filter (where mapping.start_lsn > marks.lsn),
-            unix_timestamp()
-        from (values {{ marks | join(', ') }}) as marks (name, lsn)
+            unix_timestamp(),
+            max(marks.retention)
+        from (values {{ marks | join(', ') }}) as marks (name, db, lsn, capture, retention)
         join (
-            select start_lsn, tran_end_time
+            select coalesce(source_database, '') as db, start_lsn, tran_end_time
             from {{ sqlserver_cdc._model_relation('stg_cdc_metadata__lsn_time_mapping') }}
-            where quarantine_reason is null and (start_lsn = {{ capture }} or
-                {%- if retention_minutes is none %} start_lsn in ({{ lsns | join(', ') }})
-                {%- else %} start_lsn >= {{ lsns | min }}{% endif %})
+            where quarantine_reason is null and start_lsn >= {{ lsns | min }}
         ) as mapping
-            on mapping.start_lsn >= marks.lsn or mapping.start_lsn = {{ capture }}
+            on mapping.db = marks.db and (mapping.start_lsn = marks.lsn or mapping.start_lsn = marks.capture
+                or (marks.retention is not null and mapping.start_lsn > marks.lsn))
         group by marks.name
     {%- endset -%}
     {%- for row in run_query(query) -%}
         {%- if row[1] is not none and row[2] is not none -%}
             {%- do found.lags.update({row[0]: (row[2] - row[1]) | int}) -%}
         {%- endif -%}
-        {%- if retention_minutes is not none and row[3] is not none -%}
-            {%- do found.headrooms.update({row[0]: (row[3] + (retention_minutes | int) * 60 - row[4]) | int}) -%}
+        {%- if row[5] is not none and row[3] is not none -%}
+            {%- do found.headrooms.update({row[0]: (row[3] + (row[5] | int) * 60 - row[4]) | int}) -%}
         {%- endif -%}
     {%- endfor -%}
     {{ return(found) }}
@@ -154,7 +171,7 @@
     {{ return(run_query("show tables in " ~ node.schema ~ " like '" ~ node.alias ~ "'").rows | length > 0) }}
 {%- endmacro %}
 
-{#- The watermark table rewritten with one row per model (one file: reading it stays cheap
+{#- The watermark table rewritten with one row per model and database (one file: reading it stays cheap
     however many runs there were): the latest row of each model, with `watermarks` (the models
     this run moved) replacing theirs whatever the clock says (recorded_at may step back). The new rows are one JSON literal (a statement of many
     literal rows costs Spark seconds to parse). -#}
@@ -162,20 +179,21 @@
     {%- set relation = sqlserver_cdc.watermark_relation() -%}
     {%- set rows = [] -%}
     {%- for w in watermarks -%}
-        {%- do rows.append({'model_name': w.model, 'watermark_lsn': w.lsn, 'watermark_batch': w.batch, 'declaration': w.declaration}) -%}
+        {%- do rows.append({'model_name': w.model, 'source_database': w.database or none, 'watermark_lsn': w.lsn,
+            'watermark_batch': w.batch, 'declaration': w.declaration}) -%}
     {%- endfor -%}
     insert overwrite table {{ relation }}
-    select model_name, watermark_lsn, invocation_id, recorded_at, watermark_batch, declaration
+    select model_name, watermark_lsn, invocation_id, recorded_at, watermark_batch, declaration, source_database
     from (
-        select *, row_number() over (partition by model_name order by _new desc, recorded_at desc) as _rank
+        select *, row_number() over (partition by model_name, source_database order by _new desc, recorded_at desc) as _rank
         from (
-            select model_name, watermark_lsn, invocation_id, recorded_at, watermark_batch, declaration, 0 as _new
+            select model_name, watermark_lsn, invocation_id, recorded_at, watermark_batch, declaration, source_database, 0 as _new
             from {{ relation }}
             union all
             select model_name, watermark_lsn, {{ sqlserver_cdc._sql_string(run_id) }}, current_timestamp(), watermark_batch,
-                declaration, 1
+                declaration, source_database, 1
             from (select inline(from_json({{ sqlserver_cdc._sql_string(tojson(rows)) }},
-                'array<struct<model_name: string, watermark_lsn: string, watermark_batch: string, declaration: string>>')))
+                'array<struct<model_name: string, source_database: string, watermark_lsn: string, watermark_batch: string, declaration: string>>')))
         )
     )
     where _rank = 1

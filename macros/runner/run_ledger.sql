@@ -18,7 +18,8 @@
     goes at the end: the first _ledger_first_release() columns are the first release's. -#}
 {% macro _ledger_columns() -%}
     {%- set table_row = 'array<struct<tracked_table: string, rows_landed: bigint, quarantined: bigint, changes_applied: bigint,'
-        ~ ' lsn_reached: string, advanced: boolean, lag_seconds: bigint, current_rows: bigint, history_versions: bigint>>' -%}
+        ~ ' lsn_reached: string, advanced: boolean, lag_seconds: bigint, current_rows: bigint, history_versions: bigint,'
+        ~ ' source_database: string>>' -%}
     {%- set stream_row = 'array<struct<channel: string, lines_landed: bigint, duplicates: bigint, pending_messages: bigint,'
         ~ ' tombstones: bigint, quarantined: bigint, quarantined_total: bigint>>' -%}
     {{ return([
@@ -28,7 +29,7 @@
         ['tables', table_row], ['streams', stream_row], ['failed_nodes', 'array<string>'],
         ['exported_lsn', 'map<string, string>'], ['manifests_from', 'string'], ['refused', 'array<string>'],
         ['landed_through', 'map<string, struct<lsn: string, batch: string>>'], ['plan', 'string'],
-        ['retention_minutes', 'bigint'], ['headroom_seconds', 'map<string, bigint>']]) }}
+        ['retention_minutes', 'bigint'], ['headroom_seconds', 'map<string, bigint>'], ['retentions', 'map<string, bigint>']]) }}
 {%- endmacro %}
 
 {% macro _ledger_first_release() -%}
@@ -58,6 +59,50 @@
         {{ return(row[1]) }}
     {%- endfor -%}
     {{ return('') }}
+{%- endmacro %}
+
+{#- Layout 1 to 2 (runner/run/layout.py MIGRATIONS; docs/tables.md "Several databases"): the raw
+    table's source_database (NULL, the default database, for every row landed before), the run
+    ledger's per-table source_database, the metadata staging tables' source_database, and the
+    Debezium events' source_server; each added where missing, so a migration killed halfway is
+    completed by the next run. Nothing is rewritten: the rows of a one-database warehouse are the
+    default database's as they are. -#}
+{% macro migrate_to_layout_2() -%}
+    {%- set raw = var('cdc_raw_schema', target.schema ~ '_raw') ~ '.landed_rows' -%}
+    {%- set additions = [(raw, 'source_database', 'source_database string'),
+        (sqlserver_cdc.ledger_relation() | string, 'tables.element.source_database', 'tables.element.source_database string')] -%}
+    {%- for model in ['stg_cdc_metadata__lsn_time_mapping', 'stg_cdc_metadata__change_tables', 'stg_cdc_metadata__captured_columns'] -%}
+        {%- do additions.append((model, 'source_database', 'source_database string')) -%}
+    {%- endfor -%}
+    {%- do additions.append(('stg_debezium__events', 'source_server', 'source_server string')) -%}
+    {%- for relation, column, ddl in additions -%}
+        {#- a staging model by its default relation: a channel's events model may be disabled now and enabled later -#}
+        {%- set name = (target.schema ~ '.' ~ relation) if relation.startswith('stg_') else relation -%}
+        {%- set parts = name.split('.') -%}
+        {%- if run_query("show tables in " ~ parts[0] ~ " like '" ~ parts[1] ~ "'").rows -%}
+            {%- set present = sqlserver_cdc._column_paths(name) -%}
+            {%- if column | lower not in present -%}
+                {% do run_query('alter table ' ~ name ~ ' add columns (' ~ ddl ~ ')') %}
+            {%- endif -%}
+        {%- endif -%}
+    {%- endfor -%}
+{%- endmacro %}
+
+{#- A table's columns and its struct fields within arrays, as lower-case paths
+    (tables.element.source_database), from its schema. -#}
+{% macro _column_paths(relation) -%}
+    {%- set paths = [] -%}
+    {%- for row in run_query('describe table ' ~ relation) -%}
+        {%- if not row[0] or row[0].startswith('#') -%}{%- break -%}{%- endif -%}
+        {%- do paths.append(row[0] | lower) -%}
+        {%- set kind = row[1] | lower -%}
+        {%- if kind.startswith('array<struct<') -%}
+            {%- for field in modules.re.findall('(?:^|[<,])\\s*([a-z_][a-z0-9_]*)\\s*:', kind[13:]) -%}
+                {%- do paths.append((row[0] | lower) ~ '.element.' ~ field) -%}
+            {%- endfor -%}
+        {%- endif -%}
+    {%- endfor -%}
+    {{ return(paths) }}
 {%- endmacro %}
 
 {#- Records the state layout `layout` on the ledger (after the runner migrated the warehouse to it). -#}

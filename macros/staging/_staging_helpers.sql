@@ -183,12 +183,16 @@ validated as (
 )
 {%- endmacro %}
 
-{#- The final CTE of an event channel's staging (CES, Debezium): the change-table staging columns,
-    change_lsn and command_id as the channel gives them, old and new the maps of the sent row
-    images (see _event_staging_columns). -#}
+{#- The final CTE of an event channel's staging (CES, Debezium): the change-table staging columns
+    (a tenant table's source_database first, from its events' _database_name), change_lsn and
+    command_id as the channel gives them, old and new the maps of the sent row images (see
+    _event_staging_columns). -#}
 {% macro _event_final(t, change_lsn, command_id, old, new) -%}
 final as (
     select
+        {%- if t.tenant %}
+        _database_name as source_database,
+        {%- endif %}
         commit_lsn,
         {{ change_lsn }} as change_lsn,
         {{ command_id }} as command_id,

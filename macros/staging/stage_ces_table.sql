@@ -1,6 +1,7 @@
 {#- Staging for one tracked table fed by Change Event Streaming: the complete events of
     stg_ces__events routed to it by data.eventsource db.schema.tbl (case-insensitive; db only when
-    the table declares source_database), with the row image (current; old for a delete) typed to
+    the table names its database: _event_route; a tenant table's events carry their database's
+    name in source_database), with the row image (current; old for a delete) typed to
     the declared SQL Server types. Same columns as change-table staging (change_lsn holds the
     in-transaction sequence number, 20 digits; command_id is NULL), plus _has_<column>: whether
     the event carried the column. A column an update or delete does not carry
@@ -21,6 +22,9 @@ with
 
 events as (
     select
+        {%- if t.tenant %}
+        {{ sqlserver_cdc._event_database('ces', 'name') }} as _database_name,
+        {%- endif %}
         event_id, commit_lsn, sequence_number, operation, key_values, old_image, current_image, commit_time,
         landed_record, _source_file, _batch_id, _ingested_at
     from ({{ sqlserver_cdc._landed_since(sqlserver_cdc._event_route(t), ref('stg_ces__events')) }}) as routed_events

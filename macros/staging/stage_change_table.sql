@@ -19,8 +19,9 @@ with
 
 landed_rows as (
     {{ sqlserver_cdc._landed_since(
-        "(landing_kind = 'change_tables' and lower(entity) in ('" ~ t.instances | map(attribute='name') | map('lower') | join("', '") ~ "'))"
-        ~ " or (landing_kind = 'snapshots' and lower(entity) = '" ~ t.name | lower ~ "')") }}
+        "((landing_kind = 'change_tables' and lower(entity) in ('" ~ t.instances | map(attribute='name') | map('lower') | join("', '") ~ "'))"
+        ~ " or (landing_kind = 'snapshots' and lower(entity) = '" ~ t.name | lower ~ "'))"
+        ~ " and " ~ sqlserver_cdc._raw_database_filter(t)) }}
 ),
 
 -- the LSN each snapshot file is consistent at, from its manifest (landed in the same batch)
@@ -28,11 +29,14 @@ snapshot_files as (
     select explode(from_json(row_values['files'], 'array<string>')) as _source_file,
         row_values['snapshot_lsn'] as snapshot_lsn
     from ({{ sqlserver_cdc._landed_since("landing_kind = 'snapshot_manifest' and lower(entity) = '"
-        ~ t.name | lower ~ "'") }}) as manifests
+        ~ t.name | lower ~ "' and " ~ sqlserver_cdc._raw_database_filter(t)) }}) as manifests
 ),
 
 texts as (
     select
+        {%- if t.tenant %}
+        {{ sqlserver_cdc._database_name_of(t, 'landed_rows.source_database') }} as source_database,
+        {%- endif %}
         landed_rows.landing_kind = 'snapshots' as is_snapshot,
         case when landed_rows.landing_kind = 'change_tables' then lower(landed_rows.entity) end as capture_instance,
         coalesce(snapshot_files.snapshot_lsn, row_values['__$start_lsn']) as text_start_lsn,
@@ -74,7 +78,7 @@ texts as (
     same capture instance, change LSN, operation and key as a trusted row staged before (read
     within the LSN range of what arrived, so Delta skips older files) or earlier in this batch. -#}
 {%- set window = sqlserver_cdc.cdc_window() -%}
-{%- set row_key = ['capture_instance', 'change_lsn', 'operation'] + t.key %}
+{%- set row_key = (['source_database'] if t.tenant else []) + ['capture_instance', 'change_lsn', 'operation'] + t.key %}
 staged_before as (
     {%- if window.full %}
     select {{ row_key | join(', ') }}, _source_file from validated where false
@@ -82,7 +86,9 @@ staged_before as (
     select {{ row_key | join(', ') }}, min(_source_file) as _source_file
     from {{ this }}
     where quarantine_reason is null
-        {%- if window.lower_lsn and window.upper_lsn %}
+        {%- if t.tenant and window.parts %}
+        and {{ sqlserver_cdc._lsn_parts(window.parts, 'commit_lsn', 'source_database', low_op='>=') }}
+        {%- elif window.lower_lsn and window.upper_lsn %}
         and commit_lsn >= {{ sqlserver_cdc._sql_string(window.lower_lsn) }} and commit_lsn <= {{ sqlserver_cdc._sql_string(window.upper_lsn) }}
         {%- endif %}
     group by {{ row_key | join(', ') }}
@@ -111,6 +117,9 @@ deduplicated as (
 
 final as (
     select
+        {%- if t.tenant %}
+        validated.source_database,
+        {%- endif %}
         validated.capture_instance,
         validated.commit_lsn,
         validated.change_lsn,

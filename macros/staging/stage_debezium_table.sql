@@ -24,6 +24,9 @@ with
 
 events as (
     select
+        {%- if t.tenant %}
+        {{ sqlserver_cdc._event_database('debezium', 'name') }} as _database_name,
+        {%- endif %}
         event_id, event_form, commit_lsn, change_lsn, event_serial_no, operation, commit_time,
         before_values, after_values, column_types, landed_record, _source_file, _batch_id, _ingested_at
     from ({{ sqlserver_cdc._landed_since(sqlserver_cdc._event_route(t), ref('stg_debezium__events')) }}) as routed_events

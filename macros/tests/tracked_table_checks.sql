@@ -30,7 +30,7 @@
 {% endtest %}
 
 {% macro _tracked_table_checks(table_name) -%}
-    {%- set t = sqlserver_cdc.tracked_table(table_name) -%}
+    {%- set t = sqlserver_cdc._mart_table(sqlserver_cdc.tracked_table(table_name)) -%}
     {%- set staging = ref('stg_' ~ t.channel ~ '__' ~ t.name) -%}
     {%- set current = ref(t.name ~ '_current') -%}
     {%- set history = ref(t.name ~ '_history') -%}
@@ -42,10 +42,26 @@
         {%- set w_current = sqlserver_cdc.cdc_window(t.name ~ '_current') -%}
         {%- set w_history = sqlserver_cdc.cdc_window(t.name ~ '_history') -%}
         {%- set ranges = [] -%}
-        {%- if staged.lower_lsn and staged.upper_lsn -%}
+        {%- if t.tenant -%}
+            {#- a tenant table's (docs/tables.md "Several databases"): per database, by its rows' source_database -#}
+            {%- if staged.parts -%}
+                {%- do ranges.append(sqlserver_cdc._lsn_parts(staged.parts, 'commit_lsn', 'source_database', low_op='>=')) -%}
+            {%- endif -%}
+            {%- for w in [w_current, w_history] if w.parts -%}
+                {%- if t.channel == 'change_tables' -%}
+                    {%- do ranges.append(sqlserver_cdc._lsn_parts(w.parts, 'commit_lsn', 'source_database')) -%}
+                {%- else -%}
+                    {%- for p in w.parts if p.get('upper_batch') -%}
+                        {%- do ranges.append('(source_database = ' ~ s(p.name) ~ ' and _batch_id > ' ~ s(p.get('lower_batch') or '')
+                            ~ ' and _batch_id <= ' ~ s(p.upper_batch) ~ ')') -%}
+                    {%- endfor -%}
+                {%- endif -%}
+            {%- endfor -%}
+        {%- elif staged.lower_lsn and staged.upper_lsn -%}
             {%- do ranges.append('commit_lsn between ' ~ s(staged.lower_lsn) ~ ' and ' ~ s(staged.upper_lsn)) -%}
         {%- endif -%}
-        {%- if t.channel == 'change_tables' and w_history.upper_lsn -%}
+        {%- if t.tenant -%}
+        {%- elif t.channel == 'change_tables' and w_history.upper_lsn -%}
             {%- set lower = [w_current.lower_lsn or '', w_history.lower_lsn or ''] | min -%}
             {%- do ranges.append('(commit_lsn > ' ~ s(lower) ~ ' and commit_lsn <= ' ~ s(w_history.upper_lsn) ~ ')') -%}
         {%- elif t.channel != 'change_tables' and w_history.upper_batch -%}
@@ -58,7 +74,7 @@
         {%- set staged_scope, run_batches = 'true', 'true' -%}
     {%- endif -%}
     {%- set staged_key = {'change_tables': ['capture_instance', 'change_lsn', 'operation_code'] + t.key,
-        'ces': ['commit_lsn', 'change_lsn'],
+        'ces': (['source_database'] if t.tenant else []) + ['commit_lsn', 'change_lsn'],
         'debezium': t.key + ['commit_lsn', 'change_lsn', 'command_id', 'operation']}[t.channel] -%}
     {%- set not_null = ['commit_lsn'] + (['operation'] if t.channel == 'change_tables' else []) -%}
     {#- one pass and one aggregation per relation: a key's rows, and whether any breaks a rule -#}
@@ -103,7 +119,8 @@
             model='(select * from ' ~ history ~ ' where is_current) as current_versions', columns=t.key)),
         ("history: current versions differ from the current state", sqlserver_cdc.test_equal_rowsets(
             model='(select * from ' ~ history ~ ' where is_current) as current_versions', compare_model=current,
-            columns=t.columns | map(attribute='name') | list, compare_where='not is_deleted'))]) %}
+            columns=(['source_database'] if t.tenant else []) + t.columns | map(attribute='name') | list,
+            compare_where='not is_deleted'))]) %}
     {%- endif %}
     {%- for name, query in audit %}
     select '{{ name }}' as failed_check, to_json(struct(*)) as detail from (

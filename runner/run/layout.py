@@ -11,7 +11,7 @@ from runner.errors import InfrastructureError, UsageError
 # A release that changes any of them in a way an earlier release's warehouse cannot be read as
 # it is adds one to LAYOUT, a migration from the layout before it, and a fixture of its layout
 # (tests/state_fixture.py).
-LAYOUT = 1
+LAYOUT = 2
 
 # The ledger's table property that records the layout (absent: a warehouse written before the
 # layout was recorded, layout 0).
@@ -22,7 +22,12 @@ PROPERTY = "sqlserver_cdc.state_layout"
 # releases before layout 1 wrote is read as it is, and the changes they lack are made in place
 # where they are used (open_run adds the ledger's and the watermark table's later columns; the
 # first landing writes the landed-file records of the files landed before).
-MIGRATIONS: dict[int, str] = {}
+MIGRATIONS: dict[int, str] = {
+    # several databases (docs/tables.md "Several databases"): the raw table's and the metadata
+    # staging tables' source_database, the ledger's per-table source_database, the Debezium
+    # events' source_server; a one-database warehouse's rows are the default database's as they are
+    1: "sqlserver_cdc.migrate_to_layout_2",
+}
 
 
 def recorded(value: str | int | None) -> int:

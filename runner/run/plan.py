@@ -299,8 +299,9 @@ class DbWindow:
 class ModelWindow:
     """What a model of this run reads (the macro cdc_window returns it). Staging: the landing
     batches after from_batch up to through_batch (lower_lsn and upper_lsn: the LSN range of what
-    arrived for the table, which its batch checks read; for the Debezium events model, that of its
-    complete events, its replay check's floor: _replay_floor). A mart: `parts`, one DbWindow per
+    arrived for the table, which its batch checks read, a tenant table's per database in `parts`;
+    for the Debezium events model, that of its complete events, its replay check's floor:
+    _replay_floor). A mart: `parts`, one DbWindow per
     database whose changes it applies (a full build: every database of the table); a table of one
     database has its part's bounds also as the window's own fields (lower_lsn ... reconcile), which
     its SQL reads; tenant: the table's marts are keyed by source_database (its SQL reads the parts);
@@ -667,11 +668,17 @@ def plan_run(facts: Facts, options: Options = Options()) -> Plan:
         plan = tables[t.name] = TablePlan(t.name, t.channel)
         plan.stage = stage(t.staging, t.sources, t.name, t.digest)
         # the LSN range of what arrived for the table: its batch checks read the staged rows in it
-        # (of one database: LSNs of two do not compare, so a tenant table's checks read every row)
-        arrived = [facts.arrived[s] for s in t.sources if s in facts.arrived and facts.arrived[s].lsn]
-        if arrived and not t.tenant:
-            models[t.staging].lower_lsn = min(a.min_lsn or a.lsn for a in arrived)
-            models[t.staging].upper_lsn = max(a.lsn for a in arrived)
+        # (a tenant table's, per database: LSNs of two do not compare)
+        for db in t.databases:
+            arrived = [facts.arrived[s] for s in t.sources_in(db) if s in facts.arrived and facts.arrived[s].lsn]
+            if arrived:
+                models[t.staging].parts.append(DbWindow(db, facts.database_names.get(db, db),
+                                                        lower_lsn=min(a.min_lsn or a.lsn for a in arrived),
+                                                        upper_lsn=max(a.lsn for a in arrived)))
+        if models[t.staging].parts and not t.tenant:
+            only = models[t.staging].parts.pop()
+            models[t.staging].lower_lsn, models[t.staging].upper_lsn = only.lower_lsn, only.upper_lsn
+        models[t.staging].tenant = t.tenant
         _plan_marts(t, plan, facts, landed, upper, upper_batch, full, models, options.unsettled, stored)
         if plan.apply:
             build += list(t.marts)

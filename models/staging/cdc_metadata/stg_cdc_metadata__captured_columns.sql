@@ -1,10 +1,11 @@
--- cdc.captured_columns: the captured columns of each capture instance with their ordinals (the
--- update-mask bit positions). Exports carry the change table's object_id; the capture instance
--- comes from the row itself when the export added it, else from cdc.change_tables.
--- An incremental Delta table: each landing batch's rows are decoded once and merged by capture
--- instance and column (a later export replaces the stored row; a quarantined row never matches).
+-- cdc.captured_columns: the captured columns of each capture instance of each database (NULL: the
+-- default one) with their ordinals (the update-mask bit positions). Exports carry the change
+-- table's object_id; the capture instance comes from the row itself when the export added it,
+-- else from cdc.change_tables of the same database. An incremental Delta table: each landing
+-- batch's rows are decoded once and merged by database, capture instance and column (a later
+-- export replaces the stored row; a quarantined row never matches).
 {{ sqlserver_cdc._staged_table_config(
-    unique_key=['capture_instance', 'column_name'],
+    unique_key=['source_database', 'capture_instance', 'column_name'],
     incremental_predicates=['DBT_INTERNAL_SOURCE.quarantine_reason is null and DBT_INTERNAL_DEST.quarantine_reason is null']
 ) }}
 
@@ -16,6 +17,7 @@ landed_rows as (
 
 change_tables as (
     select
+        source_database,
         object_id,
         capture_instance
     from {{ ref('stg_cdc_metadata__change_tables') }}
@@ -25,6 +27,7 @@ change_tables as (
 decoded as (
     select
         -- ids
+        source_database,
         row_values['capture_instance'] as capture_instance,
         try_cast(row_values['object_id'] as bigint) as object_id,
         try_cast(row_values['column_id'] as int) as column_id,
@@ -43,6 +46,7 @@ decoded as (
 
 resolved as (
     select
+        decoded.source_database,
         coalesce(decoded.capture_instance, change_tables.capture_instance) as capture_instance,
         decoded.column_name,
         decoded.column_type,
@@ -59,7 +63,7 @@ resolved as (
         end as quarantine_reason
     from decoded
     left join change_tables
-        on decoded.object_id = change_tables.object_id
+        on decoded.object_id = change_tables.object_id and decoded.source_database <=> change_tables.source_database
 ),
 
 -- each capture instance's column from its latest landed export
@@ -67,7 +71,7 @@ ranked as (
     select
         *,
         row_number() over (
-            partition by capture_instance, column_name, quarantine_reason is null
+            partition by source_database, capture_instance, column_name, quarantine_reason is null
             order by _batch_id desc, _ingested_at desc
         ) as _rank
     from resolved
@@ -75,6 +79,7 @@ ranked as (
 
 final as (
     select distinct
+        source_database,
         capture_instance,
         column_name,
         column_type,

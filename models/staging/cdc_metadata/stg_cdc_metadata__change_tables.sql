@@ -1,9 +1,10 @@
--- cdc.change_tables: one row per capture instance, from its latest landed export. start_lsn is
--- the low end of the validity interval (sys.fn_cdc_get_min_lsn), which cleanup moves forward.
--- An incremental Delta table: each landing batch's rows are decoded once and merged by capture
--- instance (a later export replaces the stored row; a quarantined row never matches).
+-- cdc.change_tables: one row per capture instance of each database (NULL: the default one), from
+-- its latest landed export. start_lsn is the low end of the validity interval
+-- (sys.fn_cdc_get_min_lsn), which cleanup moves forward. An incremental Delta table: each landing
+-- batch's rows are decoded once and merged by database and capture instance (a later export
+-- replaces the stored row; a quarantined row never matches).
 {{ sqlserver_cdc._staged_table_config(
-    unique_key='capture_instance',
+    unique_key=['source_database', 'capture_instance'],
     incremental_predicates=['DBT_INTERNAL_SOURCE.quarantine_reason is null and DBT_INTERNAL_DEST.quarantine_reason is null']
 ) }}
 
@@ -16,6 +17,7 @@ landed_rows as (
 decoded as (
     select
         -- ids
+        source_database,
         row_values['capture_instance'] as capture_instance,
         try_cast(row_values['object_id'] as bigint) as object_id,
         try_cast(row_values['source_object_id'] as bigint) as source_object_id,
@@ -44,7 +46,7 @@ ranked as (
     select
         *,
         row_number() over (
-            partition by lower(capture_instance), quarantine_reason is null
+            partition by source_database, lower(capture_instance), quarantine_reason is null
             order by _ingested_at desc, start_lsn desc
         ) as _rank
     from decoded
@@ -52,6 +54,7 @@ ranked as (
 
 final as (
     select
+        source_database,
         capture_instance,
         object_id,
         source_object_id,

@@ -1,9 +1,11 @@
--- cdc.lsn_time_mapping: commit LSN to commit time. Exports overlap, so each commit LSN is kept
--- once (latest landed); rows with a bad LSN or time are kept with their quarantine reason.
--- An incremental Delta table: each landing batch's rows are decoded once and merged by commit
--- LSN (a later export of a commit LSN replaces the stored row; a quarantined row never matches).
+-- cdc.lsn_time_mapping: commit LSN to commit time, per database (each has its own LSNs: NULL is
+-- the default database's, docs/tables.md "Several databases"). Exports overlap, so each commit
+-- LSN of a database is kept once (latest landed); rows with a bad LSN or time are kept with their
+-- quarantine reason. An incremental Delta table: each landing batch's rows are decoded once and
+-- merged by database and commit LSN (a later export of a commit LSN replaces the stored row; a
+-- quarantined row never matches).
 {{ sqlserver_cdc._staged_table_config(
-    unique_key='start_lsn',
+    unique_key=['source_database', 'start_lsn'],
     incremental_predicates=['DBT_INTERNAL_SOURCE.quarantine_reason is null and DBT_INTERNAL_DEST.quarantine_reason is null']
 ) }}
 
@@ -15,6 +17,8 @@ landed_rows as (
 
 decoded as (
     select
+        -- ids
+        source_database,
         -- lsns
         {{ sqlserver_cdc.lsn_normalize("row_values['start_lsn']") }} as start_lsn,
         {{ sqlserver_cdc.lsn_normalize("row_values['tran_begin_lsn']") }} as tran_begin_lsn,
@@ -38,22 +42,24 @@ decoded as (
     from landed_rows
 ),
 
--- the server's wall clock as UTC (var cdc_source_time_zone)
+-- the server's wall clock as UTC (var cdc_source_time_zone, or the database's time_zone)
 timed as (
-    {{ sqlserver_cdc._source_commit_times('decoded', 'local_begin_time', 'local_end_time', 'start_lsn') }}
+    {{ sqlserver_cdc._source_commit_times('decoded', 'local_begin_time', 'local_end_time', 'start_lsn',
+        database="coalesce(source_database, '')") }}
 ),
 
 ranked as (
     select
         *,
         row_number() over (
-            partition by start_lsn, quarantine_reason is null order by _ingested_at desc, _source_file desc
+            partition by source_database, start_lsn, quarantine_reason is null order by _ingested_at desc, _source_file desc
         ) as _rank
     from timed
 ),
 
 final as (
     select
+        source_database,
         start_lsn,
         tran_begin_lsn,
         tran_id,
