@@ -12,6 +12,7 @@ entries are written when missing. Running it again over the same metadata change
 
 from __future__ import annotations
 
+import fnmatch
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +22,13 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.scalarstring import DoubleQuotedScalarString
 
 from runner.errors import UsageError
-from runner.project.config import declared_tables, tracked_table_declarations
+from runner.project.config import (
+    Database,
+    declared_databases,
+    declared_tables,
+    table_databases,
+    tracked_table_declarations,
+)
 from runner.project.tables import write_model_files
 from runner.project.yaml_edit import edit_yaml, give_following_comments, take_following_comments
 from runner.sources import landing
@@ -35,14 +42,18 @@ PLAIN_TYPES = ("int", "bigint", "smallint", "tinyint", "bit", "money", "smallmon
                "timestamp", "rowversion", *LENGTH_TYPES, *FRACTION_TYPES)
 # the fields a scaffolded declaration owns; any other field of an existing declaration is kept
 # (and the demo's mark: a table scaffolded over a demo table is the user's, and `init` keeps it)
-OWNED = ("channel", "capture_instance", "capture_instances", "source_schema", "source_table", "key", "columns", "demo")
+OWNED = ("channel", "capture_instance", "capture_instances", "database", "databases", "source_schema", "source_table",
+         "key", "columns", "demo")
+METADATA = ("captured_columns", "change_tables", "index_columns")
 YAML_FILES = {"staging": "models/staging/change_tables/_change_tables__models.yml",
               "marts": "models/marts/_marts__models.yml"}
 
 
 @dataclass
 class Captured:
-    """One capture instance as its metadata describes it."""
+    """One capture instance as its metadata describes it, in one database (`database`: its declared
+    name, '' in a project that declares none), or over several (`tenants`: the pattern a tenant
+    table's declaration names them by)."""
 
     capture_instance: str
     name: str
@@ -53,9 +64,21 @@ class Captured:
     problems: list[str] = field(default_factory=list)
     # a table with several capture instances: (name, captured column names in order), oldest first
     instances: list[tuple[str, list[str]]] = field(default_factory=list)
+    database: str = ""
+    tenants: str | None = None
+
+    @property
+    def source(self) -> str:
+        """How messages name it: its capture instance, with its database's name in an estate."""
+        where = f"{self.tenants} " if self.tenants else f"{self.database}:" if self.database else ""
+        return f"{where}{self.capture_instance}"
 
     def declaration(self) -> dict:
         declared: dict = {"channel": "change_tables"}
+        if self.tenants:
+            declared["databases"] = [self.tenants]
+        elif self.database:
+            declared["database"] = self.database
         if len(self.instances) > 1:
             declared["capture_instances"] = [{"name": n, "columns": names} for n, names in self.instances]
         else:
@@ -94,17 +117,19 @@ def sql_type(row: dict) -> str | None:
     return base if base in PLAIN_TYPES else None
 
 
-def read_metadata(spark, landing_dir: Path | str) -> dict[str, list[dict]]:
-    """The rows of every landed export of captured_columns, change_tables and index_columns,
-    keys lower-cased, files in name order (a later export of the same row wins)."""
-    found: dict[str, list[dict]] = {"captured_columns": [], "change_tables": [], "index_columns": []}
+def read_metadata(spark, landing_dir: Path | str) -> dict[str, dict[str, list[dict]]]:
+    """The rows of every landed export of captured_columns, change_tables and index_columns, per
+    database folder ('' the landing folder's top level, else the database's name: docs/landing.md
+    "Several databases"), keys lower-cased, files in name order (a later export of the same row wins)."""
+    found: dict[str, dict[str, list[dict]]] = {}
     readers = {"csv": lambda p: spark.read.option("header", "true").csv(p), "json": spark.read.json,
                "parquet": spark.read.parquet}
     folder = open_folder(landing_dir, spark)
     for f in landing.discover(folder):
-        if f.kind == "cdc_metadata" and f.entity in found:
+        if f.kind == "cdc_metadata" and f.entity in METADATA:
             rows = readers[f.fmt](folder.spark_path(f.relative)).collect()
-            found[f.entity] += [{k.lower(): v for k, v in r.asDict().items()} for r in rows]
+            found.setdefault(f.database, {e: [] for e in METADATA})[f.entity] += [
+                {k.lower(): v for k, v in r.asDict().items()} for r in rows]
     return found
 
 
@@ -117,43 +142,50 @@ def default_name(capture_instance: str, source_table: str | None) -> str:
 
 class Naming:
     """The model name of each captured table: the name `--name SOURCE=NAME` gives it (SOURCE: its
-    capture instance, its source table, `schema.table`, or the name scaffold would choose), else the
-    name its existing declaration has (the declaration that lists its capture instance: a chosen
-    name is kept on re-runs), else default_name."""
+    capture instance, its source table, `schema.table`, or the name scaffold would choose, each
+    also as `<database>:SOURCE` for one database's), else the name its existing declaration has
+    (the declaration that lists its capture instance in its database: a chosen name is kept on
+    re-runs), else default_name. declared: table names by (database, lower-case capture instance)
+    or by capture instance alone."""
 
-    def __init__(self, chosen: dict[str, str] | None = None, declared: dict[str, str] | None = None):
+    def __init__(self, chosen: dict[str, str] | None = None, declared: dict | None = None):
         self.chosen = {k.lower(): v for k, v in (chosen or {}).items()}
-        self.declared = {k.lower(): v for k, v in (declared or {}).items()}
+        self.declared = {(k if isinstance(k, tuple) else ("", k.lower())): v for k, v in (declared or {}).items()}
         self.used: set[str] = set()
         for source, name in self.chosen.items():
             if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", name):
                 raise UsageError(f"scaffold: --name {source}={name}: a table's name must be letters, digits and "
                                  "underscores starting with a letter (it names its models)")
 
-    def __call__(self, capture_instance: str, row: dict) -> str:
+    def __call__(self, capture_instance: str, row: dict, database: str = "") -> str:
         derived = default_name(capture_instance, row.get("source_table"))
         sources = [capture_instance, row.get("source_table"), f"{row.get('source_schema')}.{row.get('source_table')}",
                    derived]
+        declared = self.declared.get((database, capture_instance.lower()))
         for source in (str(s).lower() for s in sources if s):
-            if source in self.chosen:
-                self.used.add(source)
-                name = self.chosen[source]
-                before = self.declared.get(capture_instance.lower())
-                if before and before != name:
-                    raise UsageError(f"scaffold: capture instance {capture_instance} is declared as table '{before}'; "
-                                     f"--name {source}={name} would declare it a second time. Rename the declaration "
-                                     "and its three model files by hand, or drop --name to keep its name")
-                return name
-        return self.declared.get(capture_instance.lower(), derived)
+            for given in ([f"{database.lower()}:{source}"] if database else []) + [source]:
+                if given in self.chosen:
+                    self.used.add(given)
+                    name = self.chosen[given]
+                    if declared and declared != name:
+                        raise UsageError(f"scaffold: capture instance {capture_instance}"
+                                         f"{f' of {database}' if database else ''} is declared as table '{declared}'; "
+                                         f"--name {given}={name} would declare it a second time. Rename the declaration "
+                                         "and its three model files by hand, or drop --name to keep its name")
+                    return name
+        return declared or derived
 
     def unused(self) -> list[str]:
         return sorted(set(self.chosen) - self.used)
 
 
-def declared_instances(project_dir: Path) -> dict[str, str]:
-    """The declared change-table tables' names by capture instance (lower case)."""
-    return {instance.lower(): name for name, table in tracked_table_declarations(project_dir).items()
-            if table.channel == "change_tables" for instance, _ in table.instances}
+def declared_instances(project_dir: Path) -> dict[tuple[str, str], str]:
+    """The declared change-table tables' names by (database name, lower-case capture instance):
+    each database a table reads ('' in a project that declares none)."""
+    databases = declared_databases(project_dir)
+    return {(db.name, instance.lower()): name for name, table in tracked_table_declarations(project_dir).items()
+            if table.channel == "change_tables" for db in table_databases(name, table, databases)[0]
+            for instance, _ in table.instances}
 
 
 # names a declared column cannot have (macro _check_declared_names refuses them): the columns the
@@ -187,8 +219,9 @@ def column_name(source: str, taken: set[str]) -> str:
     return unique
 
 
-def describe(metadata: dict[str, list[dict]], keys: dict[str, list[str]], naming: Naming | None = None) -> list[Captured]:
-    """The capture instances the metadata describes, sorted by name (see Naming)."""
+def describe(metadata: dict[str, list[dict]], keys: dict[str, list[str]], naming: Naming | None = None,
+             database: str = "") -> list[Captured]:
+    """The capture instances one database's metadata describes, sorted by name (see Naming)."""
     naming = naming or Naming()
     instances: dict[str, dict] = {}
     by_object: dict[str, str] = {}
@@ -210,8 +243,8 @@ def describe(metadata: dict[str, list[dict]], keys: dict[str, list[str]], naming
             index.setdefault(ci, []).append((int(row.get("index_ordinal") or 0), row["column_name"]))
     result = []
     for ci, row in sorted(instances.items()):
-        name = naming(ci, row)
-        captured = Captured(ci, name, row.get("source_schema"), row.get("source_table"))
+        name = naming(ci, row, database)
+        captured = Captured(ci, name, row.get("source_schema"), row.get("source_table"), database=database)
         taken: set[str] = set()
         named: dict[str, str] = {}  # source name -> the package's
         for column in sorted(columns.get(ci, {}).values(), key=lambda c: int(c["column_ordinal"])):
@@ -268,7 +301,7 @@ def _one_per_table(described: list[Captured], rows: dict[str, dict]) -> list[Cap
         group.sort(key=start)
         newest = group[-1]
         merged = Captured(newest.capture_instance, newest.name, newest.source_schema, newest.source_table,
-                          newest.key or next((c.key for c in reversed(group) if c.key), []))
+                          newest.key or next((c.key for c in reversed(group) if c.key), []), database=newest.database)
         typed = {c["name"]: c["type"] for older in group for c in older.columns}  # the newest wins
         for older in group:
             merged.problems += [f"{older.capture_instance}: {p}" for p in older.problems if not p.startswith("no key")]
@@ -281,24 +314,91 @@ def _one_per_table(described: list[Captured], rows: dict[str, dict]) -> list[Cap
     return sorted(result, key=lambda c: c.name)
 
 
+def describe_estate(by_database: dict[str, dict[str, list[dict]]], keys: dict[str, list[str]], naming: Naming,
+                    databases: dict[str, Database], tenants: list[str] = ()) -> list[Captured]:
+    """The tables every database's metadata describes (by_database: read_metadata's, keyed by
+    landing folder), sorted by name: one per capture instance and database, each declaring its
+    database when the project declares any; a table of the databases a pattern of `tenants`
+    matches (tenant_*) is one tenant table over all of them (docs/tables.md "Several databases"),
+    whose databases must capture it alike: a database whose columns, types or key differ from
+    the first's is named in its problems (it is not written)."""
+    names = {db.id: name for name, db in databases.items()}  # landing folder -> declared name
+    unknown = sorted(folder for folder in by_database if folder and folder not in databases)
+    if unknown or ("" in by_database and databases and "" not in names):
+        raise UsageError(f"scaffold: the landing folder holds metadata of {', '.join(unknown) or 'its top level'}, which var "
+                         f"cdc_databases does not declare (declared: {', '.join(sorted(databases)) or 'none'}): declare "
+                         "each database there first (docs/tables.md \"Several databases\")")
+    claimed: dict[str, str] = {}
+    for pattern in tenants:
+        matched = [name for name in sorted(databases) if fnmatch.fnmatchcase(name, pattern)]
+        if not matched:
+            raise UsageError(f"scaffold: --tenants {pattern} matches no database of var cdc_databases "
+                             f"({', '.join(sorted(databases)) or 'none declared'})")
+        for name in matched:
+            claimed.setdefault(name, pattern)
+    per_database, fanned = [], {}
+    for folder, metadata in sorted(by_database.items()):
+        name = names.get(folder, folder) if databases else ""
+        for captured in describe(metadata, keys, naming, name):
+            if name in claimed:
+                fanned.setdefault((claimed[name], (captured.source_schema or "").lower(), (captured.source_table or
+                                   captured.capture_instance).lower()), []).append(captured)
+            else:
+                per_database.append(captured)
+    for (pattern, _, _), group in sorted(fanned.items()):
+        first = group[0]
+        tenant = Captured(first.capture_instance, first.name, first.source_schema, first.source_table, list(first.key),
+                          list(first.columns), list(first.problems), list(first.instances), tenants=pattern)
+        shape = _shape(first)
+        for other in group[1:]:
+            if (differs := _shape(other)) != shape:
+                tenant.problems.append(f"tenant database {other.database} captures it otherwise than {first.database}: "
+                                       f"{_difference(shape, differs)}; declare that database's table apart, or make its "
+                                       "capture match")
+        per_database.append(tenant)
+    return sorted(per_database, key=lambda c: (c.name, c.source))
+
+
+def _shape(c: Captured) -> dict:
+    """What a tenant table's databases must capture alike: each column's type and ordinal, and the key."""
+    return {"columns": {col["name"]: (col["type"], col.get("ordinal")) for col in c.columns}, "key": list(c.key),
+            "instances": [n.lower() for n, _ in c.instances]}
+
+
+def _difference(mine: dict, theirs: dict) -> str:
+    for column in sorted(set(mine["columns"]) | set(theirs["columns"])):
+        a, b = mine["columns"].get(column), theirs["columns"].get(column)
+        if a != b:
+            return (f"column {column} missing" if b is None else f"column {column} not in the first" if a is None
+                    else f"column {column} is {b[0]} (ordinal {b[1]}), not {a[0]} (ordinal {a[1]})")
+    if mine["key"] != theirs["key"]:
+        return f"key {', '.join(theirs['key'])}, not {', '.join(mine['key'])}"
+    return f"capture instances {', '.join(theirs['instances'])}, not {', '.join(mine['instances'])}"
+
+
 def scaffold(spark, project_dir: Path, landing_dir: Path | str, tables: list[str] = (),
              keys: dict[str, list[str]] | None = None, names: dict[str, str] | None = None,
-             metadata: dict[str, list[dict]] | None = None) -> list[str]:
-    """Writes or updates what each captured table (or those named in `tables`, by name or
-    capture instance) needs, named as Naming says (`names`: --name SOURCE=NAME); returns the
-    report's lines. A table with a problem that leaves it without columns or a key is reported and
-    not written. `metadata`: the exports' rows, when read already (default: read_metadata)."""
+             metadata: dict[str, dict[str, list[dict]]] | None = None, tenants: list[str] = ()) -> list[str]:
+    """Writes or updates what each captured table of every database (or those named in `tables`,
+    by name or capture instance) needs, named as Naming says (`names`: --name SOURCE=NAME), the
+    tables of the databases `tenants` patterns match as tenant tables; returns the report's lines.
+    A table with a problem that leaves it without columns or a key is reported and not written.
+    `metadata`: the exports' rows per landing folder, when read already (default: read_metadata)."""
     naming = Naming(names, declared_instances(project_dir))
-    described = describe(read_metadata(spark, landing_dir) if metadata is None else metadata, keys or {}, naming)
+    databases = declared_databases(project_dir)
+    described = describe_estate(read_metadata(spark, landing_dir) if metadata is None else metadata, keys or {}, naming,
+                                databases, list(tenants))
     if unused := naming.unused():
         raise UsageError(f"scaffold: --name {', '.join(unused)}: no landed capture instance, source table or table "
-                         f"name matches (known: {', '.join(n for c in described for n, _ in c.instances) or 'none'})")
-    seen: dict[str, str] = {}
+                         f"name matches (known: {', '.join(c.source for c in described) or 'none'})")
+    seen: dict[str, Captured] = {}
     for c in described:
         if c.name in seen:
-            raise UsageError(f"scaffold: capture instances {seen[c.name]} and {c.capture_instance} of different source "
-                             f"tables would both be named '{c.name}': pass --name {c.capture_instance}=OTHER_NAME")
-        seen[c.name] = c.capture_instance
+            other = seen[c.name]
+            remedy = c.source if c.database or c.tenants else c.capture_instance
+            raise UsageError(f"scaffold: capture instances {other.source} and {c.source} of different source tables "
+                             f"would both be named '{c.name}': pass --name {remedy}=OTHER_NAME")
+        seen[c.name] = c
     if tables:
         known = {c.name for c in described} | {n for c in described for n, _ in c.instances}
         unknown = [t for t in tables if t not in known]
@@ -312,8 +412,9 @@ def scaffold(spark, project_dir: Path, landing_dir: Path | str, tables: list[str
     report = []
     for captured in described:
         for problem in captured.problems:
-            report.append(f"{captured.name} ({captured.capture_instance}): {problem}")
-        if not captured.columns or not captured.key or any(p.startswith("key column") for p in captured.problems):
+            report.append(f"{captured.name} ({captured.source}): {problem}")
+        if not captured.columns or not captured.key or any(p.startswith(("key column", "tenant database"))
+                                                           for p in captured.problems):
             report.append(f"{captured.name}: not written")
             continue
         changes = [*_declare(project_dir, captured), *write_model_files(project_dir, captured.name, "change_tables"),
@@ -333,10 +434,12 @@ def _declare(project_dir: Path, captured: Captured) -> list[str]:
     if existing is not None:
         theirs = {str(i).lower() for i in [existing.get("capture_instance"), *(
             i.get("name") for i in existing.get("capture_instances") or [] if isinstance(i, dict))] if i}
-        if not theirs & {n.lower() for n, _ in captured.instances}:
+        elsewhere = captured.database and existing.get("database") not in (None, captured.database)
+        if not theirs & {n.lower() for n, _ in captured.instances} or elsewhere:
+            where = f" of {existing.get('database')}" if elsewhere else ""
             raise UsageError(f"scaffold: tracked table '{captured.name}' is declared for capture instance "
-                             f"{', '.join(sorted(theirs))}, not {captured.capture_instance}: pass --name "
-                             f"{captured.capture_instance}=OTHER_NAME to declare it under another name"
+                             f"{', '.join(sorted(theirs))}{where}, not {captured.source}: pass --name "
+                             f"{captured.source}=OTHER_NAME to declare it under another name"
                              + (" (it is the demo's: `python -m runner init` removes the demo's tables)"
                                 if existing.get("demo") else ""))
     wanted = {**captured.declaration(), **{k: v for k, v in (existing or {}).items() if k not in OWNED}}

@@ -102,8 +102,11 @@ def _parser() -> argparse.ArgumentParser:
     scaffold.add_argument("--key", nargs="+", default=[], metavar="TABLE=COLUMN[,COLUMN]",
                           help="the key of a table whose metadata does not give it")
     scaffold.add_argument("--name", nargs="+", default=[], metavar="SOURCE=NAME",
-                          help="the model name of a table (SOURCE: capture instance, source table, schema.table); "
-                               "a declared table keeps its name on re-runs")
+                          help="the model name of a table (SOURCE: capture instance, source table, schema.table, each "
+                               "also as DATABASE:SOURCE); a declared table keeps its name on re-runs")
+    scaffold.add_argument("--tenants", nargs="+", default=[], metavar="PATTERN",
+                          help="declare the tables of the databases this pattern of var cdc_databases matches (e.g. "
+                               "'tenant_*') as tenant tables: one pair of marts over all of them, keyed by source_database")
 
     init = sub.add_parser("init", help="start your own project: remove the demo's tables (declarations, model files, "
                                        "YAML entries), keep the package")
@@ -660,7 +663,7 @@ def _scaffold(args, progress) -> int:
     active = SparkSession.getActiveSession()  # a caller's session (a notebook, the tests) is used, not stopped
     spark = active or create_file_writer_session()
     try:
-        lines = scaffold.scaffold(spark, args.project_dir, landing_dir, args.tables, keys, names)
+        lines = scaffold.scaffold(spark, args.project_dir, landing_dir, args.tables, keys, names, tenants=args.tenants)
     finally:
         if active is None:
             spark.stop()

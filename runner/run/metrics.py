@@ -37,7 +37,9 @@ class Metrics:
         self.last_success: float | None = None
         self.longest: float | None = None  # the longest successful run's seconds
         self.last_error = ""
-        r, table = self.registry, ["table"]
+        # per tracked table and database it reads (docs/tables.md "Several databases"; '' in a
+        # project of one database, which Prometheus reads as no label)
+        r, table = self.registry, ["table", "database"]
         self.runs = Counter(f"{PREFIX}_runs", "Runs by how they ended", ["status"], registry=r)
         self.duration = Histogram(f"{PREFIX}_run_duration_seconds", "Wall time of a run", registry=r,
                                   buckets=(0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800))
@@ -65,8 +67,8 @@ class Metrics:
 
     def record(self, status: str, seconds: float, summary: list[dict] = ()) -> None:
         """A run's end: its status (STATUSES), wall time and summary rows (runner/run/cli.py
-        run_pipeline's: tracked_table, rows_landed, quarantined, changes_applied, lag_seconds,
-        headroom_seconds)."""
+        run_pipeline's: tracked_table, source_database, rows_landed, quarantined, changes_applied,
+        lag_seconds, headroom_seconds)."""
         now = time.time()
         self.runs.labels(status).inc()
         self.duration.observe(seconds)
@@ -80,13 +82,13 @@ class Metrics:
             self.failures_in_a_row += 1
         self.in_a_row.set(self.failures_in_a_row)
         for row in summary:
-            name = row["tracked_table"]
-            self.applied.labels(name).inc(int(row.get("changes_applied") or 0))
-            self.landed.labels(name).inc(int(row.get("rows_landed") or 0))
-            self.quarantined.labels(name).inc(int(row.get("quarantined") or 0))
+            name = (row["tracked_table"], row.get("source_database") or "")
+            self.applied.labels(*name).inc(int(row.get("changes_applied") or 0))
+            self.landed.labels(*name).inc(int(row.get("rows_landed") or 0))
+            self.quarantined.labels(*name).inc(int(row.get("quarantined") or 0))
             for gauge, field in ((self.lag, "lag_seconds"), (self.headroom, "headroom_seconds")):
                 if row.get(field) is not None:
-                    gauge.labels(name).set(row[field])
+                    gauge.labels(*name).set(row[field])
 
     def failed(self, status: str, seconds: float, reason: str, summary: list[dict] = ()) -> None:
         """A run that failed (`reason`), with what it applied before (its summary rows)."""

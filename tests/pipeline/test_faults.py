@@ -298,7 +298,9 @@ def _scraped(proc, port: int, condition) -> dict:
             metrics = {}
             for family in text_string_to_metric_families(text):
                 for sample in family.samples:
-                    metrics[(sample.name, next(iter(sample.labels.values()), None))] = sample.value
+                    # a table's metrics by its name (their database label is '' in a project of one)
+                    label = sample.labels.get("table", next(iter(sample.labels.values()), None))
+                    metrics[(sample.name, label)] = sample.value
             if condition(metrics):
                 return metrics
         time.sleep(0.3)

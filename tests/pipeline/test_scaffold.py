@@ -205,7 +205,7 @@ def test_tables_are_named_as_chosen_and_keep_their_names_on_later_runs(tmp_path)
         scaffold._declare(project, ledger)
     with pytest.raises(UsageError, match="would both be named 'books'"):
         scaffold.scaffold(None, project, tmp_path, names={"LedgerAccounts": "books", "InvoiceLines": "books"},
-                          metadata=metadata)
+                          metadata={"": metadata})
 
 
 def _blocks(text: str) -> dict[str, str]:

@@ -102,9 +102,9 @@ def test_a_failed_run_is_reported_and_the_service_goes_on_until_a_signal_stops_i
     assert progress.lines[-2:] == ["SIGTERM: stopping after the current run", "stopped"]
     sample = metrics.registry.get_sample_value
     # a failed run's rows count: it applied what was not refused
-    assert sample("sqlserver_cdc_table_changes_applied_total", {"table": "t"}) == 6
-    assert sample("sqlserver_cdc_table_rows_quarantined_total", {"table": "t"}) == 2
-    assert sample("sqlserver_cdc_table_lag_seconds", {"table": "t"}) == 7
+    assert sample("sqlserver_cdc_table_changes_applied_total", {"table": "t", "database": ""}) == 6
+    assert sample("sqlserver_cdc_table_rows_quarantined_total", {"table": "t", "database": ""}) == 2
+    assert sample("sqlserver_cdc_table_lag_seconds", {"table": "t", "database": ""}) == 7
     assert sample("sqlserver_cdc_runs_total", {"status": "failed"}) == 2
     assert sample("sqlserver_cdc_runs_total", {"status": "nothing_to_do"}) == 1
     assert sample("sqlserver_cdc_consecutive_failures", {}) == 0
@@ -137,7 +137,7 @@ def test_metrics_and_health_are_served_over_http_on_the_loopback():
         m.record("succeeded", 1.5, [{"tracked_table": "orders", "changes_applied": 10, "rows_landed": 12, "quarantined": 0,
                                      "lag_seconds": 0, "headroom_seconds": 86400}])
         text = urllib.request.urlopen(base + "/metrics").read().decode()
-        assert 'sqlserver_cdc_table_retention_headroom_seconds{table="orders"} 86400.0' in text
+        assert 'sqlserver_cdc_table_retention_headroom_seconds{database="",table="orders"} 86400.0' in text
         assert 'sqlserver_cdc_runs_total{status="succeeded"} 1.0' in text
         assert "sqlserver_cdc_run_duration_seconds_count 1.0" in text
         assert urllib.request.urlopen(base + "/healthz").read() == b"ok\n"
