@@ -371,7 +371,7 @@ def _apply_manifest(folder: Folder, manifest: dict, entries: dict[str, dict], li
     """Reads a manifest into its entry and marks the files it lists: each gets the manifest and
     its row count; a problem with any of them refuses (or holds back) the manifest and all its
     files, so an export lands whole or not at all."""
-    root = f"{FOLDER_OF_MANIFEST[manifest['kind']]}/{manifest['entity']}"
+    root = dbkey(manifest.get("database") or "", f"{FOLDER_OF_MANIFEST[manifest['kind']]}/{manifest['entity']}")
     try:
         fields = _read_manifest(folder.read(manifest["relative"]), manifest["kind"], manifest["entity"])
     except ManifestError as exc:

@@ -51,9 +51,10 @@ def test_open_warehouse_records_the_layout_on_a_warehouse_without_one_after_its_
     current = _Dbt(str(layout.LAYOUT))
     layout.open_warehouse(current, "cdc_raw", ["a.csv"])
     assert current.calls == [("sqlserver_cdc.open_run", {"raw_schema": "cdc_raw", "files": ["a.csv"], "layout": layout.LAYOUT})]
-    unversioned = _Dbt(None)
+    unversioned = _Dbt(None)  # written before layouts were recorded: layout 1's shape, migrated as it
     assert layout.open_warehouse(unversioned, "cdc_raw", [])["layout"] == layout.LAYOUT
-    assert [m for m, _ in unversioned.calls] == ["sqlserver_cdc.open_run", "sqlserver_cdc.record_layout"]
+    assert [m for m, _ in unversioned.calls] == ["sqlserver_cdc.open_run", "sqlserver_cdc.migrate_to_layout_2",
+                                                 "sqlserver_cdc.record_layout", "sqlserver_cdc.open_run"]
     monkeypatch.setattr(layout, "LAYOUT", 3)
     monkeypatch.setattr(layout, "MIGRATIONS", {1: "sqlserver_cdc.migrate_1_to_2", 2: "sqlserver_cdc.migrate_2_to_3"})
     older = _Dbt("1")
