@@ -102,6 +102,10 @@ TARGETS = {  # issue 15 "Benchmark on a realistic size"; measured, never asserte
     "soak_rss_growth": 1.1,
     "soak_open_files_growth": 1.1,
     "soak_threads_growth": 1.1,
+    # issue 61 "The whole estate": a batch on 2 of 20 tenant databases / the same changes in one database
+    "estate_tenant_over_one_database": 1.3,
+    "estate_distinct_over_tenant_per_changed_table": 1.0,
+    "estate_resident_no_op_seconds": 0.5,
 }
 
 
@@ -127,7 +131,15 @@ class BenchConfig:
     many_repeats: int = 3
     # the resident phases' soak: this many small runs (one change on one table each)
     soak_runs: int = 200
-    phases: tuple[str, ...] = ("core", "events", "big", "many", "resident", "noop")
+    # the estate phases (docs/tables.md "Several databases"): estate_databases databases of
+    # estate_tables tables each, as tenant tables and as distinct tables, the many-tables
+    # phases' changes and batches; and a project of parse_databases x parse_tables declared
+    # tables whose parse is timed
+    estate_databases: int = 20
+    estate_tables: int = 5
+    parse_databases: int = 100
+    parse_tables: int = 10
+    phases: tuple[str, ...] = ("core", "events", "big", "many", "resident", "noop", "estate")
 
     def validate(self) -> None:
         from runner.errors import UsageError
@@ -146,6 +158,10 @@ class BenchConfig:
         if self.soak_runs < SOAK_FIRST + 1:
             raise UsageError(f"--soak-runs must be more than {SOAK_FIRST} (resources are compared at run {SOAK_FIRST} "
                              "and at the end)")
+        if not 2 <= self.estate_databases <= 99 or not 1 <= self.estate_tables <= LSN_STEP - 2 or self.parse_databases < 1 \
+                or self.parse_tables < 1:
+            raise UsageError(f"--estate-databases must be 2..99, --estate-tables 1..{LSN_STEP - 2}, the parse project's "
+                             "databases and tables at least 1")
         unknown = set(self.phases) - set(PHASES)
         if unknown or not self.phases:
             raise UsageError(f"--phases takes some of {', '.join(PHASES)}; got {', '.join(sorted(unknown)) or 'none'}")
@@ -163,8 +179,9 @@ WARMUP_CHANGES = 20_000
 # big: the state_factor times larger state; many: many declared tables, batches on few or all;
 # resident: the resident runner (serve) on the many-tables project: nothing new, files arriving to
 # marts committed, a batch on every table, the soak;
-# noop: runs that find nothing new (in the session, a fresh process, a fresh process with nothing changed)
-PHASES = ("core", "events", "big", "many", "resident", "noop")
+# noop: runs that find nothing new (in the session, a fresh process, a fresh process with nothing changed);
+# estate: several databases, as tenant tables and as distinct tables, against one database; a big project's parse
+PHASES = ("core", "events", "big", "many", "resident", "noop", "estate")
 # the resident phases: how often the service polls the landing folder, and the soak's first measured run
 RESIDENT_POLL_SECONDS = 0.5
 SOAK_FIRST = 20
@@ -196,11 +213,17 @@ def _models_yml(tables: dict[str, dict]) -> str:
     return yaml.safe_dump({"version": 2, "models": models}, sort_keys=False)
 
 
-def bench_project(source: Path, destination: Path, tables: dict[str, dict]) -> Path:
+def bench_project(source: Path, destination: Path, tables: dict[str, dict], project_vars: dict | None = None) -> Path:
+    """A copy of the project declaring `tables` (instead of the demo's), with their checks and `project_vars`."""
     if destination.exists():
         shutil.rmtree(destination)
     copy_project(source, destination, tables, replace=True)
     (destination / "models/marts/_bench__models.yml").write_text(_models_yml(tables))
+    if project_vars:
+        path = destination / "dbt_project.yml"
+        config = yaml.safe_load(path.read_text())
+        config["vars"].update(project_vars)
+        path.write_text(yaml.safe_dump(config, sort_keys=False))
     return destination
 
 
@@ -777,6 +800,8 @@ def run_bench(cfg: BenchConfig, project_dir: Path, progress=None) -> dict:
             phases += many_tables_phases(spark, cfg, project_dir, work, progress, soak)
         if "noop" in cfg.phases:
             phases.append(_timed(progress, "no-op (in session)", 0, pipeline("1x")))
+        if "estate" in cfg.phases:
+            phases += estate_phases(spark, cfg, project_dir, work, progress)
         _stop_releasing_metastore(spark)
         if "noop" in cfg.phases:
             env = {**os.environ, "SQLSERVER_CDC_SCHEMA": "bench_1x"}
@@ -860,6 +885,120 @@ def many_tables_phases(spark, cfg: BenchConfig, project_dir: Path, work: Path, p
 
         os.environ["SQLSERVER_CDC_SCHEMA"] = "bench_many"
         phases += resident_phases(spark, cfg, projects["many"], setups["many"][1], tables, two, arrive, progress, soak)
+    return phases
+
+
+def estate_phases(spark, cfg: BenchConfig, project_dir: Path, work: Path, progress) -> list[Phase]:
+    """Several databases in one project (docs/tables.md "Several databases"): estate_databases
+    databases (db01 ...) of estate_tables tables each, every one with the many-tables phases'
+    history (the same LSNs in every database: only the database tells them apart), declared as
+    tenant tables (estate_tables pairs of marts keyed by source_database) and as distinct tables
+    (one pair per database and table), against a project of one database of estate_tables tables
+    with the same history. Timed (medians of many_repeats): a batch of many_batch changes on each
+    table of 2 databases (one database: twice that on each table, the same changes per mart), the
+    resident runner finding nothing new in the tenant project, and the parse of a project of
+    parse_databases x parse_tables declared tables (what a first run pays; a resident run checks
+    the project's files instead: the phase after it)."""
+    from runner.run.cli import Resident, _parser, run_pipeline
+    from runner.run.dbt import _MANIFESTS, Dbt
+    from runner.run.lock import RunnerLock, lock_path
+    from runner.sources.folders import open_folder
+    from runner.spark.profile import load_target
+
+    n_db, n_t, b, k = cfg.estate_databases, cfg.estate_tables, cfg.many_batch, cfg.many_keys
+    base = BenchConfig(tables=n_t, columns=4, width=cfg.width, rows_per_transaction=1, seed=cfg.seed)
+    tables = declarations(base)
+    databases = [f"db{i:02d}" for i in range(1, n_db + 1)]
+    tenant = {name: {**t, "databases": ["db*"]} for name, t in tables.items()}
+    distinct = {f"{db}_{name}": {**t, "database": db} for db in databases for name, t in tables.items()}
+    estate = {"cdc_databases": {db: {} for db in databases}}
+    projects = {
+        "tenant": bench_project(project_dir, work / "project_estate_tenant", tenant, estate),
+        "distinct": bench_project(project_dir, work / "project_estate_distinct", distinct, estate),
+        "one": bench_project(project_dir, work / "project_estate_one", tables),
+    }
+    landings = {"estate": work / "landing_estate", "one": work / "landing_estate_one"}
+    n = cfg.many_changes
+    progress.step(f"bench: estate: generating {n_db} databases x {n_t} tables x {n:,} changes over {k:,} keys")
+    for db in databases:
+        write_workload(spark, landings["estate"] / "databases" / db, tables, 0, n, k, base, "initial")
+    write_workload(spark, landings["one"], tables, 0, n, k, base, "initial")
+    written = {"estate": n, "one": n}
+
+    def run(name: str):
+        os.environ["SQLSERVER_CDC_SCHEMA"] = f"bench_estate_{name}"
+        landing = landings["one" if name == "one" else "estate"]
+        run_pipeline(projects[name], load_target(projects[name], "local"), landing,
+                     progress=report.Progress(stream=io.StringIO()))
+
+    def land(name: str) -> None:
+        """A batch: b changes on each table of the first two databases (of the one database: 2b)."""
+        if name == "one":
+            write_workload(spark, landings["one"], tables, written["one"], written["one"] + 2 * b, k, base,
+                           f"batch_{written['one']}")
+            written["one"] += 2 * b
+            return
+        for db in databases[:2]:
+            write_workload(spark, landings["estate"] / "databases" / db, tables, written["estate"], written["estate"] + b,
+                           k, base, f"batch_{written['estate']}")
+        written["estate"] += b
+
+    phases = []
+    for name in ("tenant", "distinct", "one"):
+        count = n_db * n_t * n if name != "one" else n_t * n
+        phases.append(_timed(progress, f"estate: initial load ({name})", count, lambda name=name: run(name)))
+    changes = 2 * n_t * b
+    # the tenant and the distinct project share the landing folder: each batch lands once and both
+    # projects take it in, so each is timed after its own landing of the next batch
+    tenant_seconds, distinct_seconds = [], []
+    for _ in range(cfg.many_repeats):
+        land("tenant")
+        tenant_seconds.append(_timed(progress, f"estate: {b} changes on each table of 2 of {n_db} databases (tenant)",
+                                     changes, lambda: run("tenant")).seconds)
+        distinct_seconds.append(_timed(progress, f"estate: {b} changes on each table of 2 of {n_db} databases (distinct, "
+                                       "after the tenant project's run)", changes, lambda: run("distinct")).seconds)
+    for label, seconds in (("tenant", tenant_seconds), ("distinct", distinct_seconds)):
+        phases.append(Phase(f"estate: {b} changes on each table of 2 of {n_db} databases ({label})",
+                            sorted(seconds)[len(seconds) // 2], changes,
+                            f"median of {len(seconds)}: " + ", ".join(f"{x:.1f}" for x in seconds)))
+    phases.append(_median(progress, f"estate: {2 * b} changes on each of {n_t} tables (one database)", changes,
+                          cfg.many_repeats, lambda: land("one"), lambda: run("one")))
+
+    # the resident runner on the tenant project: the run after the last finds nothing new
+    os.environ["SQLSERVER_CDC_SCHEMA"] = "bench_estate_tenant"
+    target = load_target(projects["tenant"], "local")
+    args = _parser().parse_args(["serve", "--project-dir", str(projects["tenant"]), "--landing", str(landings["estate"])])
+    quiet = report.Progress(stream=io.StringIO())
+    with RunnerLock(lock_path(target, projects["tenant"]), target.name).acquire(0, quiet) as held:
+        resident = Resident(args, target, held, open_folder(landings["estate"]), [], quiet)
+        resident.run(resident.listing())
+        jobs: list[int] = []
+
+        def nothing_new() -> None:
+            before = set(spark.sparkContext.statusTracker().getJobIdsForGroup(None))
+            if resident.run(resident.listing())[0] != "nothing_to_do":
+                raise RuntimeError("resident run with nothing new did something")
+            jobs.append(len(set(spark.sparkContext.statusTracker().getJobIdsForGroup(None)) - before))
+
+        phases.append(_median(progress, f"estate: nothing new, resident ({n_db} databases x {n_t} tenant tables)", 0,
+                              cfg.many_repeats, lambda: None, nothing_new, lambda: f"Spark jobs started: {jobs}"))
+
+    # the parse of a big estate's project, and what a resident run pays instead when it is unchanged
+    big = {f"db{i:03d}_t{t}": {**tables[f"bench_t{(t - 1) % n_t + 1}"], "database": f"db{i:03d}"}
+           for i in range(1, cfg.parse_databases + 1) for t in range(1, cfg.parse_tables + 1)}
+    parse_project = bench_project(project_dir, work / "project_estate_parse", big,
+                                  {"cdc_databases": {f"db{i:03d}": {} for i in range(1, cfg.parse_databases + 1)}})
+    declared = len(big)
+
+    def parse() -> None:
+        _MANIFESTS.clear()
+        Dbt(parse_project, "local", {"cdc_raw_schema": "bench_estate_parse_raw"}).parse()
+
+    phases.append(_timed(progress, f"estate: dbt parse ({declared} declared tables)", declared, parse,
+                         "what a run pays once per process (a resident runner: once, and when the project changes)"))
+    phases.append(_timed(progress, f"estate: unchanged project check ({declared} declared tables)", declared,
+                         lambda: Dbt(parse_project, "local", {"cdc_raw_schema": "bench_estate_parse_raw"}).parse(),
+                         "a resident run's instead of a parse: the project files' sizes and times, the parse reused"))
     return phases
 
 
@@ -1082,7 +1221,18 @@ def _report(cfg: BenchConfig, phases: list[Phase], peak: int, changes: int, keys
                                                    f"many: {cfg.many_batch} changes on 2 of 2 tables"),
         "many_ten_changes_over_no_op": ratio(f"many: {cfg.many_batch} changes on 2 of 2 tables", "many: no-op (2 tables)"),
     }
+    e, b = cfg.estate_databases, cfg.many_batch
+    tenant, distinct = (by.get(f"estate: {b} changes on each table of 2 of {e} databases ({shape})")
+                        for shape in ("tenant", "distinct"))
+    one = by.get(f"estate: {2 * b} changes on each of {cfg.estate_tables} tables (one database)")
+    if tenant and one:
+        ratios["estate_tenant_over_one_database"] = tenant / one
+    if tenant and distinct:  # per changed table: the tenant run changes estate_tables marts, the distinct twice as many
+        ratios["estate_distinct_over_tenant_per_changed_table"] = (distinct / (2 * cfg.estate_tables)) / (tenant / cfg.estate_tables)
     seconds = {}
+    for phase, seconds_of in by.items():
+        if phase.startswith("estate: nothing new, resident"):
+            seconds["estate_resident_no_op_seconds"] = seconds_of
     if f"many: {cfg.many_batch} changes on each of {m} tables" in by:
         all_changed = by[f"many: {cfg.many_batch} changes on each of {m} tables"]
         two_changed = by[f"many: {cfg.many_batch} changes on 2 of {m} tables"]

@@ -68,6 +68,11 @@ def _parser() -> argparse.ArgumentParser:
                        help="runs of each timed many-tables phase (its time is their median)")
     bench.add_argument("--soak-runs", type=int, default=defaults.soak_runs,
                        help="small runs of the resident runner's soak (resources compared at run 20 and at the end)")
+    bench.add_argument("--estate-databases", type=int, default=defaults.estate_databases,
+                       help="databases of the estate phases (docs/tables.md \"Several databases\")")
+    bench.add_argument("--estate-tables", type=int, default=defaults.estate_tables, help="tables per database there")
+    bench.add_argument("--parse-project", default=f"{defaults.parse_databases}x{defaults.parse_tables}", metavar="DBxTABLES",
+                       help="the databases and tables per database of the project whose parse is timed")
     bench.add_argument("--phases", nargs="+", default=list(defaults.phases), metavar="PHASE",
                        help="the phases to run: core, events (needs core), big, many, resident, noop (default: all)")
     bench.add_argument("--work-dir", type=Path, default=PROJECT_DIR / "bench/work", help="scratch folder (wiped)")
@@ -115,6 +120,14 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
 
 
+def _dimensions(text: str) -> tuple[int, int]:
+    """`100x10`: databases and tables per database."""
+    first, _, second = text.lower().partition("x")
+    if not (first.isdigit() and second.isdigit()):
+        raise UsageError(f"--parse-project takes DATABASESxTABLES, e.g. 100x10; got {text!r}")
+    return int(first), int(second)
+
+
 def _bench(args, progress) -> int:
     from cdc_tooling import bench
 
@@ -124,6 +137,8 @@ def _bench(args, progress) -> int:
         state_factor=args.state_factor, seed=args.seed, work_dir=args.work_dir, results_dir=args.results_dir,
         many_tables=args.many_tables, many_changes=args.many_changes, many_keys=args.many_keys,
         many_batch=args.many_batch, many_repeats=args.many_repeats, soak_runs=args.soak_runs, phases=tuple(args.phases),
+        estate_databases=args.estate_databases, estate_tables=args.estate_tables,
+        parse_databases=_dimensions(args.parse_project)[0], parse_tables=_dimensions(args.parse_project)[1],
     )
     result = bench.run_bench(cfg, args.project_dir, progress)
     bench.print_report(result)
