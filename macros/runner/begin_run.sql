@@ -50,6 +50,7 @@
         'instance_min_lsn': sqlserver_cdc._instance_min_lsn(raw, since, 'stg_cdc_metadata__change_tables' in relations),
         'late_commit_times': sqlserver_cdc._late_commit_times(raw, since, tables, watermarks, relations),
         'cdc_jobs_retention': retention, 'database_names': sqlserver_cdc._database_names(),
+        'captured_columns': sqlserver_cdc._tenant_captured_columns(raw, since, tables, 'stg_cdc_metadata__captured_columns' in relations),
         'views_digest': local_md5(tojson(var('cdc_tracked_tables', {}), sort_keys=true) ~ tojson(var('cdc_databases', {}), sort_keys=true)
             ~ (quarantine.raw_code if quarantine else '')),
         'seeds': seeds}) -%}
@@ -84,8 +85,12 @@
         {%- set shaped = {} -%}
         {%- for k, v in t.items() if k not in ('databases', 'tenant') -%}{%- do shaped.update({k: v}) -%}{%- endfor -%}
         {%- if ids != [''] and not t.tenant -%}{%- do shaped.update({'database': ids[0]}) -%}{%- endif -%}
+        {%- set captured = [] -%}
+        {%- for i in t.instances if t.tenant -%}
+            {%- for c in i.columns -%}{%- do captured.append([i.name | lower, c.source | lower, c.type | lower, c.ordinal]) -%}{%- endfor -%}
+        {%- endfor -%}
         {%- do tables.append({'name': name, 'channel': t.channel, 'instances': instances, 'databases': ids, 'tenant': t.tenant,
-            'digest': ('tenant:' if t.tenant else '') ~ local_md5(tojson(shaped, sort_keys=true))}) -%}
+            'captured': captured, 'digest': ('tenant:' if t.tenant else '') ~ local_md5(tojson(shaped, sort_keys=true))}) -%}
     {%- endfor -%}
     {{ return(tables) }}
 {%- endmacro %}
@@ -316,4 +321,40 @@
         {%- endif -%}
     {%- endfor -%}
     {{ return(found) }}
+{%- endmacro %}
+
+{#- The columns the tenant tables' capture instances capture in each of their databases, as their
+    cdc.captured_columns exports say (staged, and landed since `since` with capture_instance):
+    [database id, instance, column, type, ordinal] rows (runner/run/plan.py _captured_otherwise
+    compares them with the shared declaration). None read without a tenant table. -#}
+{% macro _tenant_captured_columns(raw, since, tables, staged) -%}
+    {%- set instances = [] -%}
+    {%- for t in tables if t.tenant and t.channel == 'change_tables' -%}
+        {%- for i in t.instances if i.name not in instances -%}{%- do instances.append(i.name) -%}{%- endfor -%}
+    {%- endfor -%}
+    {%- if not instances -%}{{ return([]) }}{%- endif -%}
+    {%- set wanted = "lower(capture_instance) in ('" ~ instances | join("', '") ~ "')" -%}
+    {%- set query -%}
+        select coalesce(source_database, ''), lower(capture_instance), lower(column_name),
+            max_by(column_type, landed), max_by(column_ordinal, landed)
+        from (
+            {%- if staged %}
+            select source_database, capture_instance, column_name, column_type, column_ordinal, _batch_id as landed
+            from {{ sqlserver_cdc._model_relation('stg_cdc_metadata__captured_columns') }}
+            where quarantine_reason is null and {{ wanted }}
+            union all
+            {%- endif %}
+            select source_database, row_values['capture_instance'] as capture_instance, row_values['column_name'] as column_name,
+                row_values['column_type'] as column_type, try_cast(row_values['column_ordinal'] as int) as column_ordinal,
+                _batch_id as landed
+            from {{ raw }}
+            where landing_kind = 'cdc_metadata' and entity = 'captured_columns' and _batch_id > {{ sqlserver_cdc._sql_string(since) }}
+                and {{ wanted | replace('capture_instance', "row_values['capture_instance']") }}
+        ) as captured
+        where column_name is not null and column_ordinal is not null
+        group by 1, 2, 3
+    {%- endset -%}
+    {%- set rows = [] -%}
+    {%- for row in run_query(query) -%}{%- do rows.append([row[0], row[1], row[2], row[3], row[4]]) -%}{%- endfor -%}
+    {{ return(rows) }}
 {%- endmacro %}

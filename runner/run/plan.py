@@ -102,6 +102,8 @@ class Table:
     digest: str = ""
     databases: tuple[str, ...] = ("",)
     tenant: bool = False
+    # a tenant table's declared captured columns: (instance, source name, type, ordinal), lower case
+    captured: tuple[tuple[str, str, str, int], ...] = ()
 
     @property
     def staging(self) -> str:
@@ -230,6 +232,9 @@ class Facts:
     cdc_jobs_retention: dict[str, str] = field(default_factory=dict)
     # each database's name by its id ('': the default database's, '' when none is declared)
     database_names: dict[str, str] = field(default_factory=dict)
+    # per dbkey(database, capture instance) of a tenant table, the columns its cdc.captured_columns
+    # exports name (staged, or landed in these batches): source name -> (type, ordinal), lower case
+    captured_columns: dict[str, dict[str, tuple[str, int]]] = field(default_factory=dict)
 
     def mark(self, model: str, database: str = "") -> Watermark:
         """A model's watermark (of one database, for a mart)."""
@@ -805,7 +810,7 @@ def _plan_marts(t: Table, plan: TablePlan, facts: Facts, landed: dict[str, Lande
                 # checked whenever the marts would move, changes landed or not: cleanup may have
                 # removed changes that were never exported
                 part.gap = _gap(t, db, lowest, facts)
-            part.gap = part.gap or _held(t, db, facts)
+            part.gap = part.gap or _held(t, db, facts) or _captured_otherwise(t, db, facts)
             part.waits = None if part.gap or rebuild else _still_written(t, db, unsettled)
             part.apply = part.apply and part.gap is None and part.waits is None
         else:
@@ -902,6 +907,36 @@ def _held(t: Table, database: str, facts: Facts) -> str | None:
     return (f"tracked table {t.name}{_in(facts, database)} waits: {mine[0][1]}{more} was refused (its REFUSED line above "
             "says why and what to do), and its marts must not move past the changes it holds. Remedy it as that line says, "
             "or remove it to go on without it")
+
+
+# SQL Server's cdc.captured_columns names some types otherwise than the change table holds them
+CAPTURED_AS = {"timestamp": "binary", "rowversion": "binary", "sysname": "nvarchar"}
+
+
+def _captured_otherwise(t: Table, database: str, facts: Facts) -> str | None:
+    """Why a tenant table waits in one database: that database's cdc.captured_columns (when
+    landed) does not capture the declared columns of one of its capture instances as the shared
+    declaration says: a column missing, at another ordinal (its update-mask bit), or of another
+    type. Its changes would be staged and applied under the other databases' declaration."""
+    if not t.tenant:
+        return None
+    for instance, column, declared_type, ordinal in t.captured:
+        landed = facts.captured_columns.get(dbkey(database, instance))
+        if not landed:
+            continue
+        found = landed.get(column)
+        base = declared_type.split("(")[0]
+        problem = (f"does not capture column {column}" if found is None
+                   else f"captures column {column} at ordinal {found[1]}, not {ordinal}" if found[1] != ordinal
+                   else f"captures column {column} as {found[0]}, not {base}"
+                   if found[0] and CAPTURED_AS.get(found[0], found[0]) != CAPTURED_AS.get(base, base) else None)
+        if problem:
+            return (f"tracked table {t.name}{_in(facts, database)} waits: capture instance {instance} of "
+                    f"{facts.database_label(database)} {problem} (its cdc.captured_columns), so its changes cannot be "
+                    "applied under the table's shared declaration. Declare that database's table apart (database: "
+                    f"{facts.database_label(database)}) and take it out of databases, or make its capture match; the "
+                    "other databases go on")
+    return None
 
 
 def _still_written(t: Table, database: str, unsettled: tuple[str, ...]) -> str | None:
@@ -1150,7 +1185,8 @@ def facts_from_report(report: dict, intake: dict | None = None) -> Facts:
     return Facts(
         run_id=report["run_id"],
         tables=tuple(Table(t["name"], t["channel"], tuple((i["name"].lower(), bool(i.get("dropped"))) for i in t["instances"]),
-                           t.get("digest", ""), tuple(t.get("databases") or ("",)), bool(t.get("tenant")))
+                           t.get("digest", ""), tuple(t.get("databases") or ("",)), bool(t.get("tenant")),
+                           tuple((c[0].lower(), c[1].lower(), c[2].lower(), int(c[3])) for c in t.get("captured") or ()))
                      for t in report["tables"]),
         previous=_previous(previous, landed) if previous else None,
         landed_now={k: int(v) for k, v in (report.get("landed_now") or {}).items()},
@@ -1174,4 +1210,15 @@ def facts_from_report(report: dict, intake: dict | None = None) -> Facts:
         late_commit_times=lowered(report.get("late_commit_times")),
         cdc_jobs_retention={db: str(v) for db, v in (report.get("cdc_jobs_retention") or {}).items() if v is not None},
         database_names=dict(report.get("database_names") or {}),
+        captured_columns=_captured(report.get("captured_columns") or []),
     )
+
+
+def _captured(rows: list[list]) -> dict[str, dict[str, tuple[str, int]]]:
+    """begin_run's captured_columns rows, [database, instance, column, type, ordinal], by dbkey(database, instance)."""
+    found: dict[str, dict[str, tuple[str, int]]] = {}
+    for database, instance, column, column_type, ordinal in rows:
+        if instance and column and ordinal is not None:
+            found.setdefault(dbkey(database or "", instance.lower()), {})[column.lower()] = (
+                (column_type or "").lower().split("(")[0].strip(), int(ordinal))
+    return found

@@ -51,7 +51,7 @@ def report(**given) -> dict:
     empty = {"run_id": "b2", "tables": [], "previous": None, "landed_now": {}, "arrived": {}, "event_arrivals": [],
              "manifests": [], "snapshots": [], "watermarks": {}, "relations": [],
              "instance_min_lsn": {}, "views_digest": "", "seeds": {},
-             "late_commit_times": {}, "cdc_jobs_retention": {}, "database_names": {}}
+             "late_commit_times": {}, "cdc_jobs_retention": {}, "database_names": {}, "captured_columns": []}
     return {**empty, **given}
 
 
@@ -881,3 +881,39 @@ def test_marts_built_in_another_shape_are_rebuilt():
     switched = plan_run(db_facts(moved, watermarks=built_as_one, arrived=db_arrivals("t2", moved, 11, 12)))
     assert switched.models["orders_current"].full
     assert not plan_run(db_facts(one, arrived=db_arrivals("t1", one, 11, 12))).models["orders_current"].full
+
+
+def test_a_tenant_database_capturing_otherwise_than_the_declaration_waits_naming_it_and_the_others_go_on():
+    """The shared declaration says dbo_orders captures customer_id (int, ordinal 1) and total
+    (decimal(12,2), ordinal 2); t2's cdc.captured_columns puts total at ordinal 3, t3's lacks it:
+    those databases wait, named, and t1 (capturing as declared) applies."""
+    captured = (("dbo_orders", "customer_id", "int", 1), ("dbo_orders", "total", "decimal(12,2)", 2))
+    tenant = replace_table(TENANT_ORDERS, captured=captured)
+    arrivals = {k: v for db in ("t1", "t2", "t3") for k, v in db_arrivals(db, tenant, 11, 20).items()}
+    report_rows = [["t1", "DBO_Orders", "customer_id", "int", 1], ["t1", "dbo_orders", "Total", "decimal", 2],
+                   ["t2", "dbo_orders", "customer_id", "int", 1], ["t2", "dbo_orders", "total", "decimal", 3],
+                   ["t3", "dbo_orders", "customer_id", "int", 1]]
+    f = db_facts(tenant, arrived=arrivals, captured_columns=facts_from_report(report(captured_columns=report_rows)).captured_columns)
+    p = plan_run(f)
+    parts = p.tables["orders"].databases
+    assert parts["t1"].apply and parts["t1"].gap is None
+    assert parts["t2"].gap.startswith("tracked table orders in t2 waits: capture instance dbo_orders of t2 captures column "
+                                      "total at ordinal 3, not 2 (its cdc.captured_columns)")
+    assert "does not capture column total" in parts["t3"].gap
+    assert [part.database for part in p.models["orders_current"].parts] == ["t1"]
+    # another type (SQL Server's captured_columns names the base type); timestamp is captured as binary
+    other = facts_from_report(report(captured_columns=[["t1", "dbo_orders", "customer_id", "int", 1],
+                                                       ["t1", "dbo_orders", "total", "money", 2]])).captured_columns
+    assert "captures column total as money, not decimal" in plan_run(db_facts(tenant, arrived=arrivals,
+                                                                              captured_columns=other)).tables["orders"].gap
+    stamped = replace_table(TENANT_ORDERS, captured=(("dbo_orders", "version", "binary(8)", 3),))
+    same = facts_from_report(report(captured_columns=[["t1", "dbo_orders", "version", "timestamp", 3]])).captured_columns
+    assert plan_run(db_facts(stamped, arrived=arrivals, captured_columns=same)).tables["orders"].gap is None
+    # no captured_columns landed for a database: nothing to compare
+    assert plan_run(db_facts(tenant, arrived=arrivals)).tables["orders"].gap is None
+
+
+def replace_table(t: Table, **changes) -> Table:
+    from dataclasses import replace
+
+    return replace(t, **changes)
