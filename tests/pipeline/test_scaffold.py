@@ -274,3 +274,65 @@ def test_the_names_scaffold_avoids_are_the_names_a_declaration_is_refused():
     lists = {name: re.findall(r"'([a-z_]+)'", re.search(rf"set {name} = \[(.*?)\]", body, re.DOTALL).group(1))
              for name in ("added", "spark")}
     assert sorted(scaffold.RESERVED) == sorted(lists["added"] + lists["spark"])
+
+
+def test_an_estate_is_scaffolded_per_database_and_tenant_databases_as_one_table(tmp_path):
+    """docs/tables.md "Several databases": each database's metadata declares its tables with
+    their database; two databases' tables of one name are refused naming both and the remedy;
+    --tenants declares the databases a pattern matches as one tenant table, and a tenant database
+    capturing otherwise is named and not written."""
+    def metadata(total_type: str = "decimal", ordinal: int = 2) -> dict:
+        return {
+            "change_tables": [{"capture_instance": "dbo_Orders", "object_id": 5, "source_schema": "dbo",
+                               "source_table": "Orders", "index_column_list": "[order_id]"}],
+            "captured_columns": [
+                {"object_id": 5, "column_name": "order_id", "column_type": "int", "column_ordinal": 1},
+                {"object_id": 5, "column_name": "total", "column_type": total_type, "column_ordinal": ordinal,
+                 "numeric_precision": 12, "numeric_scale": 2}],
+            "index_columns": [],
+        }
+
+    project = copy_project(tmp_path / "project", {}, replace=True)
+
+    def declare_databases(databases: dict) -> None:
+        config = yaml.safe_load((project / "dbt_project.yml").read_text())
+        config["vars"]["cdc_databases"] = databases
+        (project / "dbt_project.yml").write_text(yaml.safe_dump(config, sort_keys=False))
+
+    declare_databases({"erp": {}, "crm": {}})
+    estate = {"erp": metadata(), "crm": metadata()}
+    with pytest.raises(scaffold.UsageError, match=r"capture instances crm:dbo_Orders and erp:dbo_Orders of different source "
+                                                  r"tables would both be named 'orders': pass --name erp:dbo_Orders=OTHER_NAME"):
+        scaffold.scaffold(None, project, tmp_path, metadata=estate)
+    lines = scaffold.scaffold(None, project, tmp_path, names={"crm:dbo_Orders": "crm_orders"}, metadata=estate)
+    assert [line.split(":")[0] for line in lines] == ["crm_orders", "orders"]
+    declared = _declared(project)
+    assert (declared["crm_orders"]["database"], declared["orders"]["database"]) == ("crm", "erp")
+    assert scaffold.scaffold(None, project, tmp_path, names={"crm:dbo_Orders": "crm_orders"}, metadata=estate) == [
+        "crm_orders: unchanged", "orders: unchanged"]
+    # metadata of a database nobody declared
+    with pytest.raises(scaffold.UsageError, match="the landing folder holds metadata of hr, which var cdc_databases does "
+                                                  "not declare"):
+        scaffold.scaffold(None, project, tmp_path, metadata={**estate, "hr": metadata()})
+
+    # tenants: one table over t1..t3, declared by the pattern
+    tenants = copy_project(tmp_path / "tenants", {}, replace=True)
+    project = tenants
+    declare_databases({"t1": {}, "t2": {}, "t3": {}})
+    lines = scaffold.scaffold(None, project, tmp_path, tenants=["t*"],
+                              metadata={"t1": metadata(), "t2": metadata(), "t3": metadata()})
+    assert lines[0].startswith("orders: declaration written")
+    assert _declared(project)["orders"]["databases"] == ["t*"] and "database" not in _declared(project)["orders"]
+    # a tenant database capturing a column otherwise: named, the table not written
+    project = copy_project(tmp_path / "tenants2", {}, replace=True)
+    declare_databases({"t1": {}, "t2": {}, "t3": {}})
+    lines = scaffold.scaffold(None, project, tmp_path, tenants=["t*"],
+                              metadata={"t1": metadata(), "t2": metadata(ordinal=3), "t3": metadata("money")})
+    assert lines == [
+        "orders (t* dbo_Orders): tenant database t2 captures it otherwise than t1: column total is decimal(12,2) (ordinal 3), "
+        "not decimal(12,2) (ordinal 2); declare that database's table apart, or make its capture match",
+        "orders (t* dbo_Orders): tenant database t3 captures it otherwise than t1: column total is money (ordinal 2), "
+        "not decimal(12,2) (ordinal 2); declare that database's table apart, or make its capture match",
+        "orders: not written"]
+    with pytest.raises(scaffold.UsageError, match="--tenants x\\* matches no database"):
+        scaffold.scaffold(None, project, tmp_path, tenants=["x*"], metadata={"t1": metadata()})
