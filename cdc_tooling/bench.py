@@ -604,9 +604,13 @@ class PeakMemory:
     def _tree(pid: int) -> list[int]:
         pids, i = [pid], 0
         while i < len(pids):
-            for task in Path(f"/proc/{pids[i]}/task").glob("*"):
+            try:  # a process or thread may end while it is read
+                tasks = os.listdir(f"/proc/{pids[i]}/task")
+            except OSError:
+                tasks = []
+            for task in tasks:
                 try:
-                    pids += [int(p) for p in (task / "children").read_text().split()]
+                    pids += [int(p) for p in Path(f"/proc/{pids[i]}/task/{task}/children").read_text().split()]
                 except OSError:
                     pass
             i += 1

@@ -205,7 +205,8 @@ reconciled as (
         {%- endfor %}
         snapshot_time.commit_time
     from snapshot
-    join snapshot_time
+    -- left: a database without lsn_time_mapping rows (Debezium's) has no commit time here
+    left join snapshot_time
         on snapshot_time._database = {{ 'snapshot.source_database' if t.tenant else "''" }}
     {%- if known is not none %}
     left join known
@@ -229,7 +230,8 @@ reconciled as (
         {%- endfor %}
         snapshot_time.commit_time
     from known
-    join snapshot_time
+    -- left: a database without lsn_time_mapping rows (Debezium's) has no commit time here
+    left join snapshot_time
         on snapshot_time._database = {{ 'known.source_database' if t.tenant else "''" }}
     left anti join snapshot
         on {{ sqlserver_cdc._key_match(t, 'known', 'snapshot') }}
@@ -247,10 +249,11 @@ reconciled as (
     stg_debezium__events by a predicate on snapshot_marker, which Delta's file statistics answer
     without reading the files of ordinary changes. -#}
 {% macro _debezium_complete_snapshots(t, window, lower_batch) -%}
-    {%- set name = sqlserver_cdc._event_database('debezium', 'name') if t.tenant else "''" -%}
+    {#- a table of one database names its snapshots by a constant (agate reads '' as NULL) -#}
+    {%- set name = sqlserver_cdc._event_database('debezium', 'name') if t.tenant else "'-'" -%}
     {%- set from = [] -%}
     {%- for db in t.databases if db.sql_name -%}{%- do from.append(sqlserver_cdc._event_from('debezium', db)) -%}{%- endfor -%}
-    {%- set markers = run_query("select " ~ name ~ ", commit_lsn, max(_batch_id) from " ~ ref('stg_debezium__events')
+    {%- set markers = run_query("select " ~ name ~ " as _database, commit_lsn, max(_batch_id) from " ~ ref('stg_debezium__events')
         ~ " where status = 'complete' and ((snapshot_marker = 'last'" ~ ((" and (" ~ from | join(' or ') ~ ")") if from else '')
         ~ ") or (snapshot_marker = 'last_in_data_collection' and " ~ sqlserver_cdc._event_route(t) ~ ")) and commit_lsn <= "
         ~ sqlserver_cdc._at(window.upper, name) ~ " group by 1, 2") -%}
@@ -262,8 +265,8 @@ reconciled as (
             {%- do landed.update({row[0] ~ '/' ~ row[1]: row[2]}) -%}
             {%- do pairs.append("(" ~ sqlserver_cdc._sql_string(row[0]) ~ ", " ~ sqlserver_cdc._sql_string(row[1]) ~ ")") -%}
         {%- endfor -%}
-        {%- set database = 'source_database' if t.tenant else "''" -%}
-        {%- for row in run_query("select " ~ database ~ ", commit_lsn, cast(max(commit_time) as string), max(_batch_id) from "
+        {%- set database = 'source_database' if t.tenant else "'-'" -%}
+        {%- for row in run_query("select " ~ database ~ " as _database, commit_lsn, cast(max(commit_time) as string), max(_batch_id) from "
             ~ sqlserver_cdc._staging_ref(t) ~ " where quarantine_reason is null and operation = 'snapshot' and ("
             ~ database ~ ", commit_lsn) in (" ~ pairs | join(', ') ~ ") group by 1, 2 order by 1, 2") -%}
             {%- do found.append({'lsn': "'" ~ row[1] ~ "'", 'name': row[0],
