@@ -329,10 +329,10 @@ def test_an_estate_is_scaffolded_per_database_and_tenant_databases_as_one_table(
     lines = scaffold.scaffold(None, project, tmp_path, tenants=["t*"],
                               metadata={"t1": metadata(), "t2": metadata(ordinal=3), "t3": metadata("money")})
     assert lines == [
-        "orders (t* dbo_Orders): tenant database t2 captures it otherwise than t1: column total is decimal(12,2) (ordinal 3), "
-        "not decimal(12,2) (ordinal 2); declare that database's table apart, or make its capture match",
-        "orders (t* dbo_Orders): tenant database t3 captures it otherwise than t1: column total is money (ordinal 2), "
-        "not decimal(12,2) (ordinal 2); declare that database's table apart, or make its capture match",
+        ("orders (t* dbo_Orders): tenant database t2 captures it otherwise than t1: column total is decimal(12,2) (ordinal 3), "
+        "not decimal(12,2) (ordinal 2); declare that database's table apart, or make its capture match"),
+        ("orders (t* dbo_Orders): tenant database t3 captures it otherwise than t1: column total is money (ordinal 2), "
+        "not decimal(12,2) (ordinal 2); declare that database's table apart, or make its capture match"),
         "orders: not written"]
     with pytest.raises(scaffold.UsageError, match="--tenants x\\* matches no database"):
         scaffold.scaffold(None, project, tmp_path, tenants=["x*"], metadata={"t1": metadata()})

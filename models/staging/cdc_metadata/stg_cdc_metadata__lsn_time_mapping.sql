@@ -52,7 +52,8 @@ ranked as (
     select
         *,
         row_number() over (
-            partition by source_database, start_lsn, quarantine_reason is null order by _ingested_at desc, _source_file desc
+            partition by source_database, start_lsn, quarantine_reason is null
+            order by _ingested_at desc, _source_file desc
         ) as _rank
     from timed
 ),
