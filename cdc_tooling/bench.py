@@ -1121,6 +1121,9 @@ def _median(progress, label: str, rows: int, repeats: int, before, action, note=
 # Spark's thread pools whose threads a resident runner's statements start (an idle one ends after
 # 60 s; profiles.yml leaves them at Spark's caps or above: docs/performance.md "Thread pools")
 THREAD_POOLS = ("shuffle-exchange", "ResultQueryStageExecution", "subquery", "broadcast-exchange")
+# how long the soak lets G1 return a shrunk heap before reading resident memory (a probe of a 2.6
+# GiB heap shrunk to 0.45: returned within 0.1-0.5 s)
+UNCOMMIT_SECONDS = 1.0
 
 
 def _resources(spark) -> dict[str, float]:
@@ -1134,6 +1137,9 @@ def _resources(spark) -> dict[str, float]:
     jvm.java.lang.System.gc()
     memory = jvm.java.lang.management.ManagementFactory.getMemoryMXBean()
     heap, committed = memory.getHeapMemoryUsage().getUsed(), memory.getHeapMemoryUsage().getCommitted()
+    # G1 (JDK 17) returns the heap it shrank by after the GC, on a thread of its own: resident memory
+    # read at once still holds the heap as it was before (docs/performance.md "Thread pools")
+    time.sleep(UNCOMMIT_SECONDS)
     pids = PeakMemory._tree(os.getpid())
     files = threads = 0
     for pid in pids:
@@ -1167,8 +1173,18 @@ def _native_memory(spark) -> dict[str, float]:
     pid = spark._jvm.java.lang.ProcessHandle.current().pid()
     out = subprocess.run(["jcmd", str(pid), "VM.native_memory", "summary"], capture_output=True, text=True,
                          check=False).stdout
+    return native_memory_summary(out)
+
+
+def native_memory_summary(text: str) -> dict[str, float]:
+    """Committed MiB by category of a `jcmd <pid> VM.native_memory summary` (JDK 17: a `Total:` line,
+    then a `-  Java Heap (reserved=..., committed=...)` line per category): nmt_total,
+    nmt_java_heap, nmt_thread, ..."""
     found = {}
-    for name, committed in re.findall(r"^-?\s*(Total|[A-Z][\w ]+?) \(reserved=\d+KB, committed=(\d+)KB", out, re.MULTILINE):
+    total = re.search(r"^Total: reserved=\d+KB, committed=(\d+)KB", text, re.MULTILINE)
+    if total:
+        found["nmt_total"] = round(int(total.group(1)) / 1024)
+    for name, committed in re.findall(r"^-\s*([A-Z][\w ]+?) \(reserved=\d+KB, committed=(\d+)KB", text, re.MULTILINE):
         found["nmt_" + name.strip().lower().replace(" ", "_")] = round(int(committed) / 1024)
     return found
 

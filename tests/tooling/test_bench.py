@@ -18,6 +18,7 @@ from cdc_tooling.bench import (
     declarations,
     event_folder,
     heap_growth,
+    native_memory_summary,
     reference_marts,
     specs,
     write_event_workload,
@@ -265,3 +266,31 @@ Total         15100        4840000
         ("org.apache.spark.sql.execution.ui.SQLExecutionUIData", 40000, 400000),
         ("java.lang.String", 800000, 900000), ("org.example.New", 0, 1000)]
     assert heap_growth(first, first) == [] and heap_growth("", "") == []
+
+
+def test_the_soak_reads_the_jvms_native_memory_by_category():
+    """native_memory_summary reads jcmd's VM.native_memory summary (JDK 17, in KB): the total and
+    each category's committed MiB; a JVM without native memory tracking gives nothing."""
+    text = """12345:
+
+Native Memory Tracking:
+
+(Omitting categories weighting less than 1KB)
+
+Total: reserved=7340032KB, committed=3774873KB
+       malloc: 104857KB #120000
+       mmap:   reserved=7235174KB, committed=3670016KB
+
+-                 Java Heap (reserved=4194304KB, committed=2831155KB)
+                            (mmap: reserved=4194304KB, committed=2831155KB)
+
+-                    Thread (reserved=780000KB, committed=81920KB)
+                            (thread #744)
+                            (stack: reserved=776000KB, committed=78000KB)
+
+-      Arena Chunk (reserved=30720KB, committed=30720KB)
+                            (malloc=30720KB)
+"""
+    assert native_memory_summary(text) == {"nmt_total": 3686, "nmt_java_heap": 2765, "nmt_thread": 80,
+                                           "nmt_arena_chunk": 30}
+    assert native_memory_summary("12345:\nNative memory tracking is not enabled\n") == {}
