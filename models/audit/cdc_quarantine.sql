@@ -1,32 +1,22 @@
 -- Every landed record the pipeline could not trust, with the reason, across all tracked tables
 -- and the CDC metadata. Good rows of the same files flow on; these wait here for a person.
-{%- set staged = [] %}
-{%- for name, table in var('cdc_tracked_tables', {}).items() %}
-    {%- do staged.append(("'" ~ name ~ "'", 'stg_' ~ table.channel ~ '__' ~ name)) %}
-{%- endfor %}
-{%- do staged.append(('cast(null as string)', 'stg_cdc_metadata__lsn_time_mapping')) %}
-{%- do staged.append(('cast(null as string)', 'stg_cdc_metadata__change_tables')) %}
-{%- for channel in ['ces', 'debezium'] if sqlserver_cdc.channel_declared(channel) %}
-    {%- do staged.append(('cast(null as string)', 'stg_' ~ channel ~ '__events')) %}
-{%- endfor %}
+-- (With many tables declared the branches go into part views: macros/audit/quarantine.sql.)
+{{ config(pre_hook="{{ sqlserver_cdc._quarantine_part_views() }}") }}
+{%- set parts = sqlserver_cdc._quarantine_parts(sqlserver_cdc._quarantine_branches()) %}
 
 with
 
 final as (
-    {%- for tracked_table, model in staged %}
-        select
-            {{ tracked_table }} as tracked_table,
-            quarantine_reason,
-            landed_record,
-            _source_file,
-            _batch_id,
-            _ingested_at
-        from {{ ref(model) }}
-        where quarantine_reason is not null
+    {%- if parts | length == 1 %}
+        {{ parts[0] | join(' union all ') }}  -- noqa: LT02, LT05
+    {%- else %}
+        {%- for part in parts %}
+        select * from {{ sqlserver_cdc._quarantine_part(loop.index) }}
         {%- if not loop.last %}
-            union all
+        union all
         {%- endif %}
-    {%- endfor %}
+        {%- endfor %}
+    {%- endif %}
 )
 
 select * from final

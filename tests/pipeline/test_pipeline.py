@@ -12,7 +12,7 @@ import pytest
 from cdc_simulator import landing_writer
 from cdc_simulator.simulate import Simulator, lsn_hex
 from runner.run import cli, report
-from tests.conftest import last_execution, table_scans
+from tests.conftest import compile_sql, last_execution, table_scans
 from tests.expected import check_marts, current_state
 from tests.scenarios import CHANGE_TABLES as TABLES
 from tests.scenarios import FORMATS, NAMES
@@ -43,6 +43,22 @@ def test_malformed_rows_are_quarantined_and_good_rows_flow(pipeline):
     ]
     assert {r["_source_file"] for r in reasons} == {"change_tables/sales_order_lines/bad.csv"}
     check_marts(pipeline, sim, txs[-1].commit_lsn)
+    # with more declared tables than one view's text holds on the embedded metastore (Derby keeps at
+    # most 32,700 characters), the view reads part views of its branches: the same rows; back under
+    # the limit, the parts go (macros/audit/quarantine.sql)
+    from runner.run.dbt import Dbt
+
+    parts = f"show views in {pipeline.schema} like 'cdc_quarantine__part*'"
+    for chars, many in ((400, True), (30000, False)):
+        split = int(compile_sql("{{ sqlserver_cdc._quarantine_parts(sqlserver_cdc._quarantine_branches()) | length }}",
+                                {"cdc_quarantine_view_chars": chars}, pipeline.project_dir).strip())
+        assert (split > 2) == many and (split == 1) != many
+        dbt = Dbt(pipeline.project_dir, "local", {"cdc_raw_schema": pipeline.target.raw_schema,
+                                                  "cdc_quarantine_view_chars": chars})
+        assert [n.status for n in dbt.build(["cdc_quarantine"], False) if n.name == "cdc_quarantine"] == ["success"]
+        assert len(pipeline.rows(parts)) == (split if many else 0)
+        assert pipeline.rows("select quarantine_reason, _source_file from {s}.cdc_quarantine "
+                             "order by quarantine_reason") == reasons
 
 
 @pytest.mark.scenario
