@@ -65,18 +65,13 @@ def _mart(pipeline: Pipeline, spec: TableSpec, mart: str, database: str | None =
 
 def _check(pipeline: Pipeline, spec: TableSpec, sim: Simulator, upper: int, database: str | None = None) -> None:
     """The marts (a tenant table's rows of `database`) equal the reference of the simulated history."""
-    expected = current_state(spec, sim.transactions, upper)
-    got = _mart(pipeline, spec, "current", database)
-    assert set(got) == set(expected), f"{spec.name}_current ({database}) keys differ"
-    for key, want in expected.items():
-        for column, value in want.items():
-            assert got[key][column] == value, f"{spec.name}_current ({database}) {key} {column}"
-    expected_h = history(spec, sim.transactions, upper)
-    got_h = _mart(pipeline, spec, "history", database)
-    assert set(got_h) == set(expected_h), f"{spec.name}_history ({database}) versions differ"
-    for key, want in expected_h.items():
-        for column, value in want.items():
-            assert got_h[key][column] == value, f"{spec.name}_history ({database}) {key} {column}"
+    for mart, reference in (("current", current_state), ("history", history)):
+        expected = reference(spec, sim.transactions, upper)
+        got = _mart(pipeline, spec, mart, database)
+        assert set(got) == set(expected), f"{spec.name}_{mart} ({database}) keys differ"
+        for key, want in expected.items():
+            for column, value in want.items():
+                assert got[key][column] == value, f"{spec.name}_{mart} ({database}) {key} {column}"
 
 
 @pytest.mark.scenario
