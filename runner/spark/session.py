@@ -7,6 +7,7 @@ import logging
 import os
 import shutil
 import subprocess
+import threading
 import warnings
 from pathlib import Path
 
@@ -14,6 +15,8 @@ from runner.errors import InfrastructureError
 from runner.run.lock import state_dir
 from runner.spark import jars
 from runner.spark.profile import Target
+
+LOG_CONFIGURATION = jars.RUNNER_HOME / "conf" / "log4j2.properties"
 
 
 def check_java() -> None:
@@ -56,6 +59,7 @@ def create_session(target: Target, project_dir: Path):
     cwd = Path.cwd()
     try:
         os.chdir(project_dir)  # relative state paths in the profile are relative to the project
+        launch_jvm(builder)
         spark = builder.getOrCreate()
     except Exception as exc:  # Spark start-up fails in many ways; all are infrastructure
         raise InfrastructureError(f"Spark did not start: {exc}".splitlines()[0]) from exc
@@ -66,6 +70,45 @@ def create_session(target: Target, project_dir: Path):
     # reports the error of a failing model in one readable block.
     logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
     return spark
+
+
+# What Java prints on every start of a JVM that Spark's launcher starts: the launcher adds the
+# incubating vector module (for MLlib's BLAS) to every command (spark-launcher's JavaModuleOptions),
+# and the JVM has no option that keeps this notice quiet. It says nothing about the run.
+JVM_NOTICES = frozenset({"WARNING: Using incubator modules: jdk.incubator.vector"})
+
+
+def launch_jvm(builder) -> None:
+    """Starts the JVM the builder's session will use, as builder.getOrCreate would (Spark's launcher
+    with the builder's settings), unless one runs, with its standard error passed on line by line
+    but JVM_NOTICES: everything else the JVM prints (Spark's log, a failed start) still reaches
+    this process's standard error."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._gateway is not None:
+        return
+    conf = SparkConf()  # no JVM yet: a plain dict of the builder's settings, as getOrCreate builds it
+    for key, value in builder._options.items():
+        conf.set(key, value)
+    read, write = os.pipe()
+    threading.Thread(target=pass_on, args=(read,), name="jvm-stderr", daemon=True).start()
+    try:
+        gateway = launch_gateway(conf, popen_kwargs={"stderr": write})
+    finally:
+        os.close(write)  # the JVM holds its own copy; the reader ends when the JVM does
+    SparkContext._ensure_initialized(gateway=gateway)
+
+
+def pass_on(read: int, out: int = 2, dropped: frozenset[str] = JVM_NOTICES) -> None:
+    """Copies the lines of the pipe `read` to the file descriptor `out` but those in `dropped`,
+    until the pipe's writers close it."""
+    with os.fdopen(read, "rb") as lines:
+        for line in lines:
+            if line.rstrip(b"\r\n").decode("utf-8", "replace") in dropped:
+                continue
+            while line:
+                line = line[os.write(out, line):]
 
 
 def _runner_conf(conf: dict[str, str]) -> dict[str, str]:
@@ -114,9 +157,14 @@ def create_file_writer_session():
 
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     try:
-        spark = (SparkSession.builder.appName("sqlserver_cdc_files").master("local[1]")
-                 .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-                 .config("spark.sql.session.timeZone", "UTC").getOrCreate())
+        builder = (SparkSession.builder.appName("sqlserver_cdc_files").master("local[1]")
+                   .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+                   .config("spark.sql.session.timeZone", "UTC")
+                   # Spark's log as the embedded session's: errors only (its default prints how to
+                   # change the log level on every start)
+                   .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={LOG_CONFIGURATION}"))
+        launch_jvm(builder)
+        spark = builder.getOrCreate()
     except Exception as exc:  # Spark start-up fails in many ways; all are infrastructure
         raise InfrastructureError(f"Spark did not start: {exc}".splitlines()[0]) from exc
     spark.sparkContext.setLogLevel("ERROR")

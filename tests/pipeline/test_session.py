@@ -3,16 +3,21 @@ answers the query shapes that exhaust a bounded thread pool of Spark's: a thread
 shuffle-exchange, query-stage or subquery pool waits for subqueries whose own plans need threads
 of the same pools, so a pool capped below what a query starts at once deadlocks it (docs/performance.md
 "Thread pools"). Each query runs in a thread of its own; one that does not answer within
-HANG seconds fails the test with the JVM's threads by pool, instead of hanging the suite."""
+HANG seconds fails the test with the JVM's threads by pool, instead of hanging the suite. And the
+session's JVM prints nothing of its own on a healthy start (Java's notice of the incubating module
+Spark's launcher adds is held back; Spark's log, errors only)."""
 
 from __future__ import annotations
 
 import collections
+import os
 import re
 import subprocess
 import threading
 
 import pytest
+
+from runner.spark.session import JVM_NOTICES, pass_on
 
 # a hang detector, not a timing: each query answers in 15-40 s on two cores
 HANG = 600
@@ -86,3 +91,19 @@ def test_scalar_subqueries_holding_subqueries_below_shuffles_answer(spark, numbe
         f"and v > (select min(v) from {numbers} where k = {i}) group by k)) group by k"
         for i in range(BRANCHES))
     assert _answer(spark, sql) == _expected(BRANCHES, nested=True)
+
+
+def test_the_jvms_standard_error_passes_on_but_javas_incubator_notice():
+    """pass_on copies every line the JVM writes, a partial last line and lines that are not UTF-8
+    among them, but JVM_NOTICES."""
+    jvm_read, jvm_write = os.pipe()
+    out_read, out_write = os.pipe()
+    notice = next(iter(JVM_NOTICES))
+    os.write(jvm_write, f"{notice}\n12:00:01 ERROR Executor: task failed\n".encode() + b"\xff bytes\n"
+             + f"{notice}\nWARNING: Using incubator modules: jdk.incubator.foreign\nno newline".encode())
+    os.close(jvm_write)
+    pass_on(jvm_read, out_write)
+    os.close(out_write)
+    with os.fdopen(out_read, "rb") as passed:
+        assert passed.read() == (b"12:00:01 ERROR Executor: task failed\n\xff bytes\n"
+                                 b"WARNING: Using incubator modules: jdk.incubator.foreign\nno newline")
