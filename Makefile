@@ -1,7 +1,9 @@
 # Two commands set everything up on a fresh machine with Java 17 and Python 3.10+:
-#   make demo   - create .venv, install, fetch Delta Lake's jars into .jars/ (once, from Maven
-#                 Central), generate demo landing data, run the pipeline, print a summary
-#   make test   - create .venv, install, run linters, dbt docs generate and the whole test suite
+#   make demo   - create .venv, install, fetch the sessions' jars (Delta Lake, Kafka source, S3A)
+#                 into .jars/ (once, from Maven Central), generate demo landing data, run the
+#                 pipeline, print a summary
+#   make test   - create .venv, install, fetch the tests' jars too (Kafka broker, HDFS mini-cluster),
+#                 run linters, dbt docs generate and the whole test suite
 #                 (tests/tooling/test_cluster.py starts and stops its own local Spark cluster)
 #   make test-fast - the fast tier after an edit: ruff and the tests that start no service and no
 #                 runner process and run no multi-run scenario (docs/testing.md "Tiers")
@@ -10,7 +12,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo demo-kafka test test-fast lint docs bench clean check-java cluster-up cluster-down kafka-up kafka-down hdfs-up hdfs-down
+.PHONY: demo demo-kafka test test-fast test-jars lint docs bench clean check-java cluster-up cluster-down kafka-up kafka-down hdfs-up hdfs-down
 
 check-java:
 	@command -v java >/dev/null 2>&1 || { echo "ERROR: java not found. Spark needs Java 17: install it (e.g. apt-get install openjdk-17-jre-headless) and re-run."; exit 2; }
@@ -35,12 +37,17 @@ bench: check-java $(STAMP)
 docs: check-java $(STAMP)
 	$(VENV)/bin/dbt docs generate --profiles-dir . --project-dir . --quiet
 
-test: check-java $(STAMP) lint
+# the jars only the tests use (the Kafka broker's, the HDFS mini-cluster's): fetched once, after
+# which this is a check without network
+test-jars: $(STAMP)
+	$(PY) -m runner.spark.jars --tests
+
+test: check-java $(STAMP) test-jars lint
 	$(PY) -m pytest
 
 FAST := not service and not processes and not scenario
 
-test-fast: check-java $(STAMP)
+test-fast: check-java $(STAMP) test-jars
 	$(PY) -m ruff check runner cdc_simulator cdc_tooling tests
 	$(PY) -m pytest -m "$(FAST)"
 

@@ -2,8 +2,8 @@
 (`s3a://`, with the AWS SDK v2 modules it uses), Apache Kafka's broker
 (for the tests and `make kafka-up`, in `<jar folder>/kafka-broker`) and Apache Hadoop's HDFS
 mini-cluster (for the tests and `make hdfs-up`, in `<jar folder>/hdfs`): resolved once from Maven
-Central at set-up, then loaded from the project's git-ignored jar folder, so a run after set-up
-needs no network.
+Central at set-up (the broker's and the mini-cluster's only by the tests' set-up, `--tests`),
+then loaded from the project's git-ignored jar folder, so a run after set-up needs no network.
 
 Delta's coordinates are the ones Delta's own Python package asks Spark for
 (`delta.configure_spark_with_delta_pip`: `io.delta:delta-spark_<spark major.minor>_2.13:<version>`);
@@ -230,11 +230,20 @@ def jar_list(only: str = "", separator: str = ",") -> str:
     return separator.join(str(j) for j in sorted(ensure().glob(f"{only}*.jar")))
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    """`python -m runner.spark.jars`: the sessions' jars (what `make demo` and every run need);
+    with `--tests`, also the Kafka broker's and the HDFS mini-cluster's, which only the tests and
+    `make kafka-up` / `make hdfs-up` use (`make test` and `make test-fast` ask for them)."""
+    argv = sys.argv[1:] if argv is None else argv
+    unknown = [a for a in argv if a != "--tests"]
+    if unknown:
+        print(f"usage: python -m runner.spark.jars [--tests] (not {' '.join(unknown)})", file=sys.stderr)
+        return 2
     try:
         ensure()
-        ensure_broker()
-        ensure_hdfs()
+        if "--tests" in argv:
+            ensure_broker()
+            ensure_hdfs()
     except InfrastructureError as exc:
         print(f"FAILED: {exc}", file=sys.stderr)
         return 2

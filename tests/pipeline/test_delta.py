@@ -40,6 +40,20 @@ def test_sessions_load_delta_from_the_local_jar_folder_only(spark):
     assert driver == sorted(Path(j).name for j in listed if Path(j).name.startswith("io.delta_")), driver
 
 
+def test_set_up_fetches_the_tests_jars_only_when_asked(monkeypatch, capsys):
+    """`make demo` fetches the sessions' jars; the broker's and HDFS's (tests only) come with
+    `--tests` (make test, make test-fast); anything else is refused with the usage."""
+    fetched = []
+    for name in ("ensure", "ensure_broker", "ensure_hdfs"):
+        monkeypatch.setattr(jars, name, lambda name=name: fetched.append(name))
+    assert jars.main([]) == 0 and fetched == ["ensure"]
+    fetched.clear()
+    assert jars.main(["--tests"]) == 0 and fetched == ["ensure", "ensure_broker", "ensure_hdfs"]
+    fetched.clear()
+    assert jars.main(["--test"]) == 2 and fetched == []
+    assert "usage: python -m runner.spark.jars [--tests]" in capsys.readouterr().err
+
+
 @pytest.mark.processes
 def test_plain_dbt_on_a_new_warehouse_prints_no_error_and_writes_delta(tmp_path):
     """A plain dbt command (README's own use) on a fresh state folder: the profile's session
