@@ -35,6 +35,11 @@
     {%- for node in graph.nodes.values() if node.resource_type == 'seed' -%}
         {%- do seeds.update({node.name: {'relation': node.alias | lower, 'checksum': node.checksum.checksum}}) -%}
     {%- endfor -%}
+    {#- whether an incremental run has audit tests to leave out (dbt warns of a selector matching none) -#}
+    {%- set audit = namespace(tagged=false) -%}
+    {%- for node in graph.nodes.values() if 'cdc_audit' in (node.tags or []) -%}
+        {%- set audit.tagged = true -%}
+    {%- endfor -%}
     {%- set quarantine = graph.nodes.values() | selectattr('resource_type', 'equalto', 'model')
         | selectattr('name', 'equalto', 'cdc_quarantine') | first -%}
     {%- set retention = {} -%}
@@ -53,7 +58,7 @@
         'captured_columns': sqlserver_cdc._tenant_captured_columns(raw, since, tables, 'stg_cdc_metadata__captured_columns' in relations),
         'views_digest': local_md5(tojson(var('cdc_tracked_tables', {}), sort_keys=true) ~ tojson(var('cdc_databases', {}), sort_keys=true)
             ~ (quarantine.raw_code if quarantine else '')),
-        'seeds': seeds}) -%}
+        'seeds': seeds, 'audit_tagged': audit.tagged}) -%}
     {{ log('sqlserver_cdc.begin_run ' ~ tojson(facts), info=true) }}
 {%- endmacro %}
 

@@ -218,6 +218,9 @@ class Facts:
     # each seed's relation and the checksum of its file (dbt's): a seed loads when its table is
     # missing or the checksum it was loaded with (its watermark's declaration) differs
     seeds: dict[str, Seed] = field(default_factory=dict)
+    # whether any node of the project carries the tag cdc_audit (an incremental run leaves them out;
+    # dbt warns of a selector that matches nothing, so none is passed then)
+    audit_tagged: bool = False
     refused: tuple[str, ...] = ()
     # the refused files refused for another's sake (a manifest for its file, a file for its manifest)
     refused_for_another: tuple[str, ...] = ()
@@ -739,8 +742,8 @@ def dbt_build(plan: Plan, facts: Facts) -> BuildCommand | None:
     """The run's dbt build, or None when there is none: nothing to do, or no table with changes in
     its window, no model and no seed due. With --select or a full refresh, what the user chose (a
     full refresh: the whole project); otherwise the plan's models and the seeds due. An incremental
-    run checks what it changed (the audit tests, tag cdc_audit, left out), a full refresh audits
-    whole tables (docs/operations.md "Checks: batch and audit"); both leave out the seeds already
+    run checks what it changed (the audit tests, tag cdc_audit, left out when there are any), a
+    full refresh audits whole tables (docs/operations.md "Checks: batch and audit"); both leave out the seeds already
     loaded and unchanged. dbt's own materializations (seeds, views) look relations up in its cache;
     the project's (staging, marts) never do, so a build of those only skips listing the schema."""
     chosen = bool(plan.select or plan.full_refresh)
@@ -748,7 +751,7 @@ def dbt_build(plan: Plan, facts: Facts) -> BuildCommand | None:
         return None
     return BuildCommand(
         select=tuple(plan.select) if chosen else (*plan.build, *plan.seeds),
-        exclude=(*(() if plan.full_refresh else ("tag:cdc_audit",)),
+        exclude=(*(() if plan.full_refresh or not facts.audit_tagged else ("tag:cdc_audit",)),
                  *(() if plan.select else sorted(set(facts.seeds) - set(plan.seeds)))),
         full_refresh=plan.full_refresh,
         populate_cache=chosen or bool(plan.seeds) or bool(set(plan.build) & set(VIEWS)))
@@ -1203,6 +1206,7 @@ def facts_from_report(report: dict, intake: dict | None = None) -> Facts:
         instance_min_lsn=lowered(report.get("instance_min_lsn")),
         views_digest=report.get("views_digest", ""),
         seeds={name: Seed(v["relation"].lower(), v["checksum"]) for name, v in (report.get("seeds") or {}).items()},
+        audit_tagged=bool(report["audit_tagged"]),
         refused=tuple(report.get("refused") or ()),
         refused_for_another=tuple(report.get("refused_for_another") or ()),
         waiting=tuple(report.get("waiting") or ()),

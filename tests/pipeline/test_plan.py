@@ -5,6 +5,7 @@ routing, Kafka-landed events) and how the watermarks move after the build."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -50,7 +51,7 @@ def report(**given) -> dict:
     """A report of begin_run with every key its schema has (plan.report_keys), empty unless given."""
     empty = {"run_id": "b2", "tables": [], "previous": None, "landed_now": {}, "arrived": {}, "event_arrivals": [],
              "manifests": [], "snapshots": [], "watermarks": {}, "relations": [],
-             "instance_min_lsn": {}, "views_digest": "", "seeds": {},
+             "instance_min_lsn": {}, "views_digest": "", "seeds": {}, "audit_tagged": False,
              "late_commit_times": {}, "cdc_jobs_retention": {}, "database_names": {}, "captured_columns": []}
     return {**empty, **given}
 
@@ -174,12 +175,14 @@ def test_the_dbt_build_a_plan_makes():
     p = plan_run(batch)
     command = dbt_build(p, batch)
     assert command.select == (*p.build, "sqlserver_types") and "customers_current" in command.select
-    assert command.exclude == ("tag:cdc_audit", "cdc_operations") and not command.full_refresh
+    assert command.exclude == ("cdc_operations",) and not command.full_refresh  # no audit test: no selector
+    audited = replace(batch, audit_tagged=True)
+    assert dbt_build(plan_run(audited), audited).exclude == ("tag:cdc_audit", "cdc_operations")
     assert command.populate_cache  # a seed loads: dbt's seed materialization looks its table up
     p = plan_run(batch, Options(full_refresh=True))
     assert dbt_build(p, batch) == BuildCommand((), ("cdc_operations",), True, True)
-    p = plan_run(batch, Options(select=("customers_current",)))
-    assert dbt_build(p, batch) == BuildCommand(("customers_current",), ("tag:cdc_audit",), False, True)
+    p = plan_run(audited, Options(select=("customers_current",)))
+    assert dbt_build(p, audited) == BuildCommand(("customers_current",), ("tag:cdc_audit",), False, True)
     # an arrival that changes no table's window and no seed due: no build
     late = facts(arrived=arrived(snapshots__nothing=(3, 3)), seeds=SEEDS, watermarks=settled_marks)
     assert plan_run(late).status == "build" and dbt_build(plan_run(late), late) is None
