@@ -82,7 +82,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    progress = report.Progress()
+    progress = report.Progress(dbt_nodes=getattr(args, "verbose", False))
     try:
         args.project_dir = args.project_dir.resolve()
         if args.command == "bench":
@@ -110,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
             from cdc_simulator import demo_data
 
             sources = demo_data.kafka_sources(args.kafka, args.project_dir)
-        run = ["run", "--project-dir", str(args.project_dir), "--landing", str(landing_dir), "--wait", str(args.wait)]
+        run = ["run", "--project-dir", str(args.project_dir), "--landing", str(landing_dir), "--wait", str(args.wait),
+               *(["--verbose"] if args.verbose else [])]
         code = runner_cli.main(run + (["--target", args.target] if args.target else []), kafka_sources=sources)
         if code == EXIT_OK:
             progress.step("demo done: query the marts, e.g. `select * from cdc.customers_current`")

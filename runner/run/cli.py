@@ -38,6 +38,9 @@ def common_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--landing", default=None,
                    help="landing folder: a local path or a URI Hadoop reads, e.g. hdfs://, s3a://, abfss:// "
                         "(default: <project>/landing)")
+    p.add_argument("--verbose", action="store_true",
+                   help="also print dbt's line per model and test (default: the runner's progress lines, its summary "
+                        "and dbt's errors; logs/dbt.log holds dbt's whole log either way)")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -159,7 +162,8 @@ def run_pipeline(project_dir: Path, target, landing_dir: Path | str | Folder, *,
     progress = progress or report.Progress()
     started_at = datetime.now(timezone.utc)
     # constant across runs, so one parse serves them (the plan is a var of the build only)
-    dbt = Dbt(project_dir, target.name, {"cdc_raw_schema": target.raw_schema}, activity=progress.activity)
+    dbt = Dbt(project_dir, target.name, {"cdc_raw_schema": target.raw_schema}, activity=progress.activity,
+              node_log=progress.dbt_nodes)
     manifests_required = export_manifests_required(project_dir)
     if upper_lsn is not None:
         given, upper_lsn = upper_lsn, landing.canonical_lsns(dbt, [upper_lsn]).get(upper_lsn)
@@ -359,7 +363,7 @@ def _landing_dir(args) -> Path | str:
 def main(argv: list[str] | None = None, kafka_sources: list | None = None) -> int:
     """The command line; `kafka_sources` replaces the project's (the demo's, cdc_tooling)."""
     args = _parser().parse_args(argv)
-    progress = report.Progress()
+    progress = report.Progress(dbt_nodes=getattr(args, "verbose", False))
     try:
         args.project_dir = args.project_dir.resolve()
         if args.command == "scaffold":
@@ -602,7 +606,8 @@ def last_run_record(args, target, held: RunnerLock, reads_kafka: bool) -> LastRu
 def _audit(args, target, progress) -> int:
     """`dbt test` over whole tables (var cdc_checks all, tag cdc_audit included): the check a
     normal run scopes to its batch, run on demand (docs/operations.md "Checks: batch and audit")."""
-    dbt = Dbt(args.project_dir, target.name, _dbt_vars(args, target), activity=progress.activity)
+    dbt = Dbt(args.project_dir, target.name, _dbt_vars(args, target), activity=progress.activity,
+              node_log=progress.dbt_nodes)
     progress.step("dbt test over whole tables (audit)")
     failed = failures(dbt.build(list(args.select), False, command="test"))
     if failed:

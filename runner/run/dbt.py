@@ -23,6 +23,7 @@ class Dbt:
     target: str
     vars: dict[str, object] = field(default_factory=dict)
     quiet: bool = False
+    node_log: bool = True  # dbt's line per node on the console (the runner's --verbose)
     manifest: object = None
     # what the current run is doing (runner/run/watchdog.py): told of each invocation and node
     activity: object = None
@@ -72,7 +73,10 @@ class Dbt:
         Dbt object's (a run's plan): dbt reads vars when it renders a node, so they need no re-parse."""
         from dbt.cli.main import dbtRunner
 
-        quieting = ["--quiet", "--log-level", "none"] if (self.quiet if quiet is None else quiet) else []
+        # quiet: nothing on the console (the caller reports); else dbt's errors, and its line per
+        # node when node_log (--verbose); logs/dbt.log has everything either way
+        quieting = (["--quiet", "--log-level", "none"] if quiet or (quiet is None and self.quiet)
+                    else [] if self.node_log else ["--quiet"])
         callbacks = list(callbacks or [])
         if self.activity is not None:
             callbacks.append(self.activity.dbt_event)

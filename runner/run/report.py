@@ -16,8 +16,10 @@ from runner.sources import landing
 class Progress:
     """The progress lines; the last is also what the current run is doing (`activity`)."""
 
-    def __init__(self, stream=None):
+    def __init__(self, stream=None, dbt_nodes: bool = False):
         self.stream = stream  # default: sys.stdout when a step is printed (whatever it is then)
+        # whether dbt prints its line per node too (--verbose); otherwise only its errors
+        self.dbt_nodes = dbt_nodes
         self.started = time.monotonic()
         self.activity = Activity()
 

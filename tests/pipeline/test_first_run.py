@@ -1,0 +1,59 @@
+"""A newcomer's first minutes (README "Quick start"): the set-up's install of this package and a
+first `make demo` run print nothing that reads as a fault. Every line of the demo's output is
+the runner's own (its progress lines and its summary table); set-up prints nothing at all.
+Costs a new virtual environment with this package installed in it (its dependencies are the
+suite's: not reinstalled) and one demo in a cold runner process, about 90 s."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from runner.spark import jars
+from tests.conftest import copy_project
+
+# what reads as a fault or a warning, whoever wrote it
+ALARMING = re.compile(r"warn|error|exception|traceback|deprecat|fail|careful|\*\*\*|!!", re.IGNORECASE)
+# the runner's own lines: a progress line, the summary's table, a blank line
+OURS = re.compile(r"^(\[sqlserver_cdc +[\d.]+s\] |\| |$)")
+
+
+def _strangers(output: str) -> list[str]:
+    return [line for line in output.splitlines() if not OURS.match(line)]
+
+
+def test_the_rule_tells_our_lines_from_others():
+    out = ("[sqlserver_cdc    1.2s] landing 4 files\n| tracked table | rows landed |\n\n"
+           "WARNING: Using incubator modules: jdk.incubator.vector\n"
+           "12:01:02  The selection criterion 'tag:cdc_audit' does not match any enabled nodes\n")
+    assert _strangers(out) == ["WARNING: Using incubator modules: jdk.incubator.vector",
+                               "12:01:02  The selection criterion 'tag:cdc_audit' does not match any enabled nodes"]
+    assert [bool(ALARMING.search(line)) for line in _strangers(out)] == [True, False]
+
+
+@pytest.mark.processes
+def test_set_up_and_a_first_demo_print_no_line_but_the_runners(tmp_path):
+    project = copy_project(tmp_path / "clone", {})  # what a clone holds
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True, timeout=300)
+    # the Makefile's install step for this package (its dependencies are the suite's own)
+    installed = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--no-deps", "-e",
+                                str(project)], capture_output=True, text=True, check=False, timeout=600)
+    assert installed.returncode == 0, installed.stdout + installed.stderr
+    assert (installed.stdout + installed.stderr).strip() == ""
+
+    # the jars set-up fetched (the copy's runner would resolve its own jar folder otherwise)
+    env = {**{k: v for k, v in os.environ.items() if k != "PYSPARK_SUBMIT_ARGS"},
+           "SQLSERVER_CDC_STATE_DIR": str(tmp_path / "state"), "SQLSERVER_CDC_JARS_DIR": str(jars.jars_dir())}
+    demo = subprocess.run([sys.executable, "-m", "cdc_tooling", "demo", "--project-dir", str(project)], cwd=project,
+                          env=env, capture_output=True, text=True, check=False, timeout=900)
+    output = demo.stdout + demo.stderr
+    assert demo.stderr == "", demo.stderr[-3000:]  # the runner writes to its standard output
+    assert demo.returncode == 0, output[-3000:]
+    assert _strangers(output) == [], output[-3000:]
+    assert not [line for line in output.splitlines() if ALARMING.search(line)], output[-3000:]
+    assert "demo done" in output and "| customers " in output
