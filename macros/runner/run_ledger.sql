@@ -68,6 +68,14 @@
     completed by the next run. Nothing is rewritten: the rows of a one-database warehouse are the
     default database's as they are. -#}
 {% macro migrate_to_layout_2() -%}
+    {{ return(adapter.dispatch('migrate_to_layout_2', 'sqlserver_cdc')()) }}
+{%- endmacro %}
+
+{% macro default__migrate_to_layout_2() -%}
+    {{ exceptions.raise_compiler_error(sqlserver_cdc._not_supported('migrate_to_layout_2')) }}
+{%- endmacro %}
+
+{% macro spark__migrate_to_layout_2() -%}
     {%- set raw = var('cdc_raw_schema', target.schema ~ '_raw') ~ '.landed_rows' -%}
     {%- set additions = [(raw, 'source_database', 'source_database string'),
         (sqlserver_cdc.ledger_relation() | string, 'tables.element.source_database', 'tables.element.source_database string')] -%}
