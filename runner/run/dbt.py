@@ -22,7 +22,6 @@ class Dbt:
     project_dir: Path
     target: str
     vars: dict[str, object] = field(default_factory=dict)
-    quiet: bool = False
     node_log: bool = True  # dbt's line per node on the console (the runner's --verbose)
     manifest: object = None
     # what the current run is doing (runner/run/watchdog.py): told of each invocation and node
@@ -67,7 +66,7 @@ class Dbt:
         env = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(("SQLSERVER_CDC_", "DBT_"))))
         return (str(self.project_dir), self.target, json.dumps(self.vars, sort_keys=True), env, stats)
 
-    def invoke(self, command: list[str], quiet: bool | None = None, callbacks: list | None = None,
+    def invoke(self, command: list[str], quiet: bool = False, callbacks: list | None = None,
                run_vars: dict | None = None, flags: list[str] = ()):
         """Runs a dbt command on the parsed project. run_vars are this invocation's vars on top of the
         Dbt object's (a run's plan): dbt reads vars when it renders a node, so they need no re-parse."""
@@ -75,8 +74,7 @@ class Dbt:
 
         # quiet: nothing on the console (the caller reports); else dbt's errors, and its line per
         # node when node_log (--verbose); logs/dbt.log has everything either way
-        quieting = (["--quiet", "--log-level", "none"] if quiet or (quiet is None and self.quiet)
-                    else [] if self.node_log else ["--quiet"])
+        quieting = ["--quiet", "--log-level", "none"] if quiet else [] if self.node_log else ["--quiet"]
         callbacks = list(callbacks or [])
         if self.activity is not None:
             callbacks.append(self.activity.dbt_event)
