@@ -49,16 +49,18 @@
     {{ return('sqlserver_cdc.state_layout') }}
 {%- endmacro %}
 
-{#- The state layout the ledger records: none when there is no ledger, '' when it records none
-    (a warehouse written before the layout was recorded). -#}
-{% macro _recorded_layout(relation) -%}
+{#- The ledger's sqlserver_cdc.* table properties (the state layout; the maintenance's
+    sqlserver_cdc.maintained_at and sqlserver_cdc.raw_held_from, docs/operations.md
+    "Maintenance"), by name; none when there is no ledger. -#}
+{% macro _ledger_properties(relation) -%}
     {%- if not run_query("show tables in " ~ relation.schema ~ " like '" ~ relation.identifier ~ "'").rows -%}
         {{ return(none) }}
     {%- endif -%}
-    {%- for row in run_query('show tblproperties ' ~ relation) if row[0] == sqlserver_cdc._layout_property() -%}
-        {{ return(row[1]) }}
+    {%- set found = {} -%}
+    {%- for row in run_query('show tblproperties ' ~ relation) if row[0].startswith('sqlserver_cdc.') -%}
+        {%- do found.update({row[0]: row[1]}) -%}
     {%- endfor -%}
-    {{ return('') }}
+    {{ return(found) }}
 {%- endmacro %}
 
 {#- Layout 1 to 2 (runner/run/layout.py MIGRATIONS; docs/tables.md "Several databases"): the raw
@@ -182,7 +184,9 @@
     a batch landed after it (a killed run's). The runner's batch id continues after it
     (runner/run/plan.py batch_id). Reads the raw table's batches after the last recorded run only.
     Also reports which of `files` (the landing folder's, relative to it) landed, and with what
-    size and time, and whether the raw table keeps landed-file records (_landed_files). Reports
+    size and time, and whether the raw table keeps landed-file records (_landed_files); the first
+    run's id and, from the ledger's properties, when a maintenance pass last completed and from
+    which batch on the raw retention keeps landed rows (docs/operations.md "Maintenance"). Reports
     first the state layout the ledger records (`layout`: a new ledger records `layout`, the
     runner's; none: no layout recorded) and, when it is newer than `layout`, only that: a
     warehouse of a newer release is not written to (runner/run/layout.py refuses it). -#}
@@ -199,8 +203,8 @@
     {%- set raw = raw_schema ~ '.landed_rows' -%}
     {%- set ledger = sqlserver_cdc.ledger_relation() -%}
     {% do run_query('create schema if not exists ' ~ ledger.schema) %}
-    {%- set found = sqlserver_cdc._recorded_layout(ledger) -%}
-    {%- set found = layout if found is none else (found or none) -%}
+    {%- set properties = sqlserver_cdc._ledger_properties(ledger) -%}
+    {%- set found = layout if properties is none else (properties.get(sqlserver_cdc._layout_property()) or none) -%}
     {%- if found is not none and layout is not none and (found | string).isdigit() and found | int > layout | int -%}
         {{ log('sqlserver_cdc.open_run ' ~ tojson({'layout': found, 'ledger': ledger | string}), info=true) }}
         {{ return('') }}
@@ -209,10 +213,13 @@
     {% do sqlserver_cdc._ensure_watermarks() %}
     {% do run_query('create schema if not exists ' ~ raw_schema) %}
     {% do run_query(sqlserver_cdc._raw_table_ddl(raw)) %}
-    {%- set recorded = run_query("select coalesce(max(run_id), '') from " ~ ledger).rows[0][0] -%}
+    {%- set runs = run_query("select coalesce(max(run_id), ''), min(run_id) from " ~ ledger).rows[0] -%}
+    {%- set recorded = runs[0] -%}
     {%- set landed = run_query("select coalesce(max(_batch_id), '') from " ~ raw ~ " where _batch_id > "
         ~ sqlserver_cdc._sql_string(recorded)).rows[0][0] -%}
     {%- set report = sqlserver_cdc._landed_files(raw, files) -%}
-    {%- do report.update({'last_batch': [recorded, landed] | max, 'layout': found, 'ledger': ledger | string}) -%}
+    {%- do report.update({'last_batch': [recorded, landed] | max, 'layout': found, 'ledger': ledger | string,
+        'first_run': runs[1], 'maintained_at': (properties or {}).get('sqlserver_cdc.maintained_at'),
+        'raw_held_from': (properties or {}).get('sqlserver_cdc.raw_held_from')}) -%}
     {{ log('sqlserver_cdc.open_run ' ~ tojson(report), info=true) }}
 {%- endmacro %}

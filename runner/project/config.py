@@ -325,3 +325,28 @@ def declared_tables(project_dir: Path) -> dict[str, dict]:
         raise UsageError("var cdc_tracked_tables must map each tracked table's name to its declaration "
                          "(docs/tables.md \"Declaring a tracked table\")")
     return declared
+
+
+# --- maintenance (docs/operations.md "Maintenance"): the var cdc_maintenance
+
+class MaintenanceDeclaration(_Model):
+    compact_after_files: StrictInt = Field(default=32, ge=2)
+    retention_hours: float = Field(default=168.0, ge=0)
+    vacuum_every_hours: float = Field(default=24.0, gt=0)
+    raw_retention_days: float | None = Field(default=None, gt=0)
+    overdue_hours: float = Field(default=48.0, gt=0)
+
+
+def maintenance_settings(project_dir: Path):
+    """The var cdc_maintenance, checked (runner/run/maintenance.py Settings); UsageError names the field."""
+    from runner.run.maintenance import Settings
+
+    declared = project_vars(project_dir).get("cdc_maintenance") or {}
+    if not isinstance(declared, dict):
+        raise UsageError("var cdc_maintenance must map settings to values, e.g. {retention_hours: 168} "
+                         "(docs/operations.md \"Maintenance\")")
+    try:
+        d = MaintenanceDeclaration.model_validate(declared)
+    except ValidationError as exc:
+        raise UsageError(f"var cdc_maintenance: {explain(exc)} (docs/operations.md \"Maintenance\")") from None
+    return Settings(**d.model_dump())

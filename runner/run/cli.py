@@ -16,9 +16,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from runner.errors import EXIT_OK, InfrastructureError, PipelineFailed, RunnerError, UsageError
-from runner.project.config import declared_databases, export_manifests_required
+from runner.project.config import (
+    declared_databases,
+    export_manifests_required,
+    maintenance_settings,
+)
 from runner.project.tables import check_model_files, exported_columns
-from runner.run import layout, plan, report
+from runner.run import layout, maintenance, plan, report
 from runner.run.dbt import Dbt, failures
 from runner.run.lock import RunnerLock, describe_previous, lock_path, state_dir
 from runner.run.unchanged import LastRun
@@ -87,10 +91,22 @@ def _parser() -> argparse.ArgumentParser:
                           help="no successful run for this long makes /healthz answer 503 (default: the run limit and "
                                "two --every intervals)")
 
+    resident.add_argument("--maintain-every", type=_seconds, default=3600, metavar="SECONDS",
+                          help="maintain the tables between runs this often: compaction, VACUUM, retention (default "
+                               "3600; docs/operations.md \"Maintenance\")")
+
     audit = sub.add_parser("audit", help="run every data test on whole tables (a normal run checks only its batch)")
     common(audit)
     audit.add_argument("--select", nargs="+", default=[], help="dbt selection of the tests' models (default: everything)")
-    for p in (run, audit, resident):
+
+    maintain = sub.add_parser("maintain", help="maintain the tables the runner writes: compact small files and deletion "
+                                               "vectors, VACUUM removed files past the retention, apply the raw "
+                                               "retention (serve does it between runs)")
+    common(maintain)
+    status = sub.add_parser("status", help="each table the runner writes: files, bytes, what VACUUM may reclaim, its "
+                                           "last maintenance and what a maintenance pass would do now")
+    common(status)
+    for p in (run, audit, resident, maintain, status):
         p.add_argument("--wait", type=float, default=0, metavar="SECONDS",
                        help="when another runner holds the warehouse, wait up to SECONDS for it (default: exit 2 at once)")
         p.add_argument("--timeout", type=_seconds, default=None, metavar="SECONDS",
@@ -178,6 +194,9 @@ def run_pipeline(project_dir: Path, target, landing_dir: Path | str | Folder, *,
                                       settled=listed, databases=declared_databases(project_dir))
     clock_id = _batch_id()
     opened = layout.open_warehouse(dbt, target.raw_schema, [f["relative"] for f in files])
+    settings = maintenance_settings(project_dir)
+    if restage and (refusal := maintenance.restage_refusal(opened.get("raw_held_from"), settings.raw_retention_days)):
+        raise UsageError(refusal)
     batch_id = plan.batch_id(clock_id, opened["last_batch"] or "")
     if batch_id != clock_id:
         progress.step(f"this machine's clock is behind the last landed batch or recorded run: batch {batch_id} "
@@ -257,6 +276,9 @@ def run_pipeline(project_dir: Path, target, landing_dir: Path | str | Folder, *,
         raise PipelineFailed(". ".join(problems))
     short = report.headroom_warnings(summary, the_plan.retention, min_headroom)
     for line in short:
+        progress.step(line)
+    if line := maintenance.overdue(settings, maintenance.utcnow(), maintenance.parse_time(opened.get("maintained_at")),
+                                   maintenance.batch_time(opened.get("first_run") or "")):
         progress.step(line)
     if strict and quarantined:
         raise PipelineFailed("rows were quarantined and --strict is set; inspect cdc_quarantine")
@@ -388,7 +410,7 @@ def main(argv: list[str] | None = None, kafka_sources: list | None = None) -> in
                              "Kafka sources are read (their offsets through Kafka's client) in the runner's own SparkSession, "
                              "so they need a session target that is not Spark Connect (docs/channels.md \"Reading from Kafka "
                              "and Event Hubs\")")
-        with RunnerLock(lock_path(target, args.project_dir), target.name).acquire(args.wait, progress) as held:
+        with RunnerLock(lock_path(target, args.project_dir), target.name, args.command).acquire(args.wait, progress) as held:
             if args.command != "serve":  # the service's runs begin in its loop
                 progress.activity.begin()
             if args.timeout:
@@ -400,6 +422,10 @@ def main(argv: list[str] | None = None, kafka_sources: list | None = None) -> in
             if args.command == "serve":
                 parse_project(args, target)
                 return _serve(args, target, held, kafka_sources, progress)
+            if args.command in ("maintain", "status"):
+                parse_project(args, target)
+                start_spark(args, target, held, progress, [])
+                return _maintain(args, target, progress)
             listed = None
             if args.command != "audit" and not through_spark and not (kafka_sources and not folder.exists()):
                 # the first of two listings: a file that changes before landing's is still being written
@@ -556,6 +582,19 @@ class Resident:
             return "failed", rows, str(exc)
         return ("succeeded" if summary else "nothing_to_do"), rows, ""
 
+    def maintain(self, yield_to):
+        """A maintenance pass between runs (runner/run/maintain.py), yielding to a run that falls due."""
+        from runner.run.maintain import run_pass
+
+        dbt = Dbt(self.args.project_dir, self.target.name, _dbt_vars(self.args, self.target),
+                  activity=self.progress.activity, node_log=self.progress.dbt_nodes)
+        self.progress.step("maintenance pass: reading the tables' figures")
+        result = run_pass(dbt, self.args.project_dir, self.target.raw_schema, self.progress, yield_to=yield_to)
+        if not result.left:
+            self.progress.step(f"maintenance pass done: {len(result.done)} table(s) maintained, the others within their "
+                               "thresholds")
+        return result
+
     def alive(self) -> bool:
         if not self.target.owns_jvm:
             return True
@@ -581,7 +620,8 @@ def _serve(args, target, held: RunnerLock, kafka_sources: list, progress) -> int
         watch = kafka.EndOffsets(SparkSession.getActiveSession(), kafka_sources)
     try:
         return serve(args, progress, resident.listing, resident.run, resident.alive, offsets=watch and watch.poll,
-                     abandon=abandoner(target, held, progress), tables=len(tracked_table_declarations(args.project_dir)))
+                     abandon=abandoner(target, held, progress), tables=len(tracked_table_declarations(args.project_dir)),
+                     maintain=resident.maintain)
     finally:
         if watch:
             watch.close()
@@ -601,6 +641,27 @@ def last_run_record(args, target, held: RunnerLock, reads_kafka: bool) -> LastRu
         return last_run
     last_run.forget()
     return None
+
+
+def _maintain(args, target, progress) -> int:
+    """`maintain`: one maintenance pass (runner/run/maintain.py); `status`: what one would do, and
+    each table's figures."""
+    from runner.run import maintain
+
+    dbt = Dbt(args.project_dir, target.name, _dbt_vars(args, target), activity=progress.activity,
+              node_log=progress.dbt_nodes)
+    dry = args.command == "status"
+    progress.step("reading the tables' figures" + ("" if dry else ": maintaining those past their thresholds"))
+    result = maintain.run_pass(dbt, args.project_dir, target.raw_schema, progress, dry_run=dry)
+    report.print_table(maintain.status_table(result))
+    if dry:
+        due = [t for t in result.tasks if not t.empty]
+        progress.step(f"{len(due)} table(s) due for maintenance (see 'due' above): python -m runner maintain does it"
+                      if due else "no table is due for maintenance")
+    else:
+        progress.step(f"maintained {len(result.done)} table(s); the others were within their thresholds")
+    progress.step("OK")
+    return EXIT_OK
 
 
 def _audit(args, target, progress) -> int:

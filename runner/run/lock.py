@@ -50,9 +50,10 @@ def lock_path(target, project_dir: Path) -> Path:
 
 
 class RunnerLock:
-    def __init__(self, path: Path, target_name: str):
+    def __init__(self, path: Path, target_name: str, command: str = "run"):
         self.path = path
         self.target_name = target_name
+        self.command = command  # what holds it: run, serve, audit, maintain, status (the refusal names it)
         self._fd: int | None = None
         self._holder: dict = {}
         self.previous: dict | None = None  # the holder recorded by a run that died holding it
@@ -80,7 +81,7 @@ class RunnerLock:
                 time.sleep(min(1.0, max(0.05, deadline - time.monotonic())))
         self._fd = fd
         self.previous = _read(fd)
-        self._holder = {"host": socket.gethostname(), "pid": os.getpid(),
+        self._holder = {"host": socket.gethostname(), "pid": os.getpid(), "command": self.command,
                         "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "target": self.target_name}
         _write(fd, self._holder)
         return self
@@ -181,5 +182,6 @@ def _describe(holder: dict | None) -> str:
         return "a runner that has not recorded itself yet"
     if "unreadable" in holder:
         return f"unreadable holder record {holder['unreadable']!r}"
-    return (f"pid {holder.get('pid')} on host {holder.get('host')}, started {holder.get('started_at')}, "
+    what = f"python -m runner {holder['command']}, " if holder.get("command") else ""
+    return (f"{what}pid {holder.get('pid')} on host {holder.get('host')}, started {holder.get('started_at')}, "
             f"target {holder.get('target')}")

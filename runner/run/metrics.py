@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
+from datetime import datetime, timezone
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
@@ -64,6 +65,26 @@ class Metrics:
         self.quarantined = Counter(f"{PREFIX}_table_rows_quarantined", "Rows quarantined for the table", table, registry=r)
         for status in STATUSES:
             self.runs.labels(status)
+        # per table the runner writes (docs/operations.md "Maintenance"): from each maintenance pass
+        rel = ["relation"]
+        self.passes = Counter(f"{PREFIX}_maintenance_passes", "Maintenance passes by how they ended (completed, "
+                              "yielded: stopped between two tables for a run that fell due, failed)", ["status"],
+                              registry=r)
+        for status in ("completed", "yielded", "failed"):
+            self.passes.labels(status)
+        self.pass_seconds = Gauge(f"{PREFIX}_maintenance_pass_seconds", "Wall time of the last maintenance pass",
+                                  registry=r)
+        self.files = Gauge(f"{PREFIX}_table_files", "Live data files of the table (DESCRIBE DETAIL numFiles)", rel,
+                           registry=r)
+        self.bytes = Gauge(f"{PREFIX}_table_bytes", "Live bytes of the table (DESCRIBE DETAIL sizeInBytes)", rel,
+                           registry=r)
+        self.reclaimable = Gauge(f"{PREFIX}_table_reclaimable_bytes", "Bytes on disk beyond the live ones (removed files "
+                                 "and deletion vectors VACUUM deletes once the retention has passed), as measured "
+                                 "after the table's last maintenance", rel, registry=r)
+        self.maintained_at = Gauge(f"{PREFIX}_table_last_maintenance_timestamp_seconds", "When the table's last "
+                                   "maintenance started", rel, registry=r)
+        self.maintenance_seconds = Gauge(f"{PREFIX}_table_last_maintenance_seconds", "How long the table's last "
+                                         "maintenance took", rel, registry=r)
 
     def record(self, status: str, seconds: float, summary: list[dict] = ()) -> None:
         """A run's end: its status (STATUSES), wall time and summary rows (runner/run/cli.py
@@ -89,6 +110,29 @@ class Metrics:
             for gauge, field in ((self.lag, "lag_seconds"), (self.headroom, "headroom_seconds")):
                 if row.get(field) is not None:
                     gauge.labels(*name).set(row[field])
+
+    def maintained(self, result, seconds: float) -> None:
+        """A maintenance pass's figures (runner/run/maintain.py Pass): every table's files and bytes
+        (after the pass for those it maintained), what the maintained ones may reclaim, when and how long."""
+        self.passes.labels("yielded" if result.left else "completed").inc()
+        self.pass_seconds.set(seconds)
+        done = {row["relation"]: row for row in result.done}
+        for relation, state in result.facts.tables.items():
+            row = done.get(relation)
+            self.files.labels(relation).set(row["files_after"] if row else state.files)
+            self.bytes.labels(relation).set(row["bytes_after"] if row else state.bytes)
+            if row:
+                self.reclaimable.labels(relation).set(max(int(row["disk_bytes_after"]) - int(row["bytes_after"]), 0))
+                self.maintained_at.labels(relation).set(_epoch(row["started_at"]))
+                self.maintenance_seconds.labels(relation).set(float(row["seconds"]))
+            elif state.last is not None:
+                if state.last.reclaimable is not None:
+                    self.reclaimable.labels(relation).set(state.last.reclaimable)
+                self.maintained_at.labels(relation).set(state.last.at.replace(tzinfo=timezone.utc).timestamp())
+
+    def maintenance_failed(self, reason: str) -> None:
+        self.passes.labels("failed").inc()
+        self.last_maintenance_error = reason
 
     def failed(self, status: str, seconds: float, reason: str, summary: list[dict] = ()) -> None:
         """A run that failed (`reason`), with what it applied before (its summary rows)."""
@@ -141,3 +185,8 @@ class Metrics:
         server = make_server(host, port, app, handler_class=Quiet)
         threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
         return server
+
+
+def _epoch(text: str) -> float:
+    """Seconds since the epoch of a UTC time as the maintenance ledger writes it."""
+    return datetime.fromisoformat(text).replace(tzinfo=timezone.utc).timestamp()

@@ -53,6 +53,12 @@ class Trigger:
         return (now >= self.next_due or (settled and listing != self.ran_from)
                 or (offsets is not None and offsets != self.ran_offsets))
 
+    def pending(self, now: float, listing: dict | None, offsets: dict | None = None) -> bool:
+        """Whether a run is due or about to be (new files, settled or not): what a maintenance pass
+        yields to between two tables. Changes nothing."""
+        return (now >= self.next_due or (listing is not None and listing != self.ran_from)
+                or (offsets is not None and offsets != self.ran_offsets))
+
     def ran(self, now: float, listing: dict | None, offsets: dict | None = None) -> None:
         self.next_due, self.ran_from = now + self.every, listing
         if offsets is not None:
@@ -90,14 +96,17 @@ class Stop:
 
 
 def serve(args, progress, listing, run, alive, metrics: Metrics | None = None, offsets=None, abandon=None,
-          tables: int = 0) -> int:
+          tables: int = 0, maintain=None) -> int:
     """The service's loop (see the module's docstring): `listing()` lists the landing folder (None:
     there is none), `run(listed)` makes one run and returns (status, summary rows, why it failed
     or '') or raises the runner's errors, `alive()` tells whether the SparkSession still answers,
     `offsets()` (with Kafka sources) their end offsets (runner/sources/kafka.py EndOffsets.poll),
     `abandon(line, exit code)` ends the process at once (runner/run/cli.py abandoner), `tables`
-    the declared tables (the default run limit). Each run is the Activity of `progress` from its
-    start to its end (the metrics' run in progress). Returns the exit code."""
+    the declared tables (the default run limit), `maintain(yield_to)` a maintenance pass
+    (runner/run/maintain.py run_pass: it stops between two tables when `yield_to()` says a run is
+    due), made after the first run and then every --maintain-every seconds, between runs only;
+    a pass that yielded goes on after the run. Each run and pass is the Activity of `progress`
+    from its start to its end (the metrics' run in progress). Returns the exit code."""
     activity = getattr(progress, "activity", None) or Activity()
     metrics = metrics or Metrics(max_failures=args.max_failures, stale_after=args.stale_after, run_limit=args.run_limit,
                                  every=args.every, tables=tables, activity=activity)
@@ -107,11 +116,17 @@ def serve(args, progress, listing, run, alive, metrics: Metrics | None = None, o
         server = metrics.serve_http(args.metrics_host, args.metrics_port)
         progress.step(f"metrics on http://{args.metrics_host}:{server.server_port}/metrics, health on /healthz")
     trigger = Trigger(args.every)
+    every = getattr(args, "maintain_every", None)
+    next_pass = None  # due after the first run
     progress.step(f"serving: a run now, every {args.every:g} s and when new files settle"
-                  f"{' or Kafka records arrive' if offsets else ''} (polled every {args.poll:g} s)")
+                  f"{' or Kafka records arrive' if offsets else ''} (polled every {args.poll:g} s)"
+                  + (f"; maintenance between runs every {every:g} s" if maintain and every else ""))
     while not stop.event.is_set():
         listed, ends, now = listing(), offsets() if offsets else None, time.monotonic()
-        if trigger.due(now, listed, ends):
+        if maintain and every and next_pass is not None and now >= next_pass and not trigger.pending(now, listed, ends):
+            next_pass = _maintenance(progress, activity, metrics, maintain, every, lambda: trigger.pending(
+                time.monotonic(), listing(), offsets() if offsets else None))
+        elif trigger.due(now, listed, ends):
             trigger.ran(now, listed, ends)
             activity.begin()
             try:
@@ -132,8 +147,28 @@ def serve(args, progress, listing, run, alive, metrics: Metrics | None = None, o
                 metrics.failed("error", time.monotonic() - now, str(exc))
             finally:
                 activity.end()
+            if next_pass is None:
+                next_pass = time.monotonic()
             if not metrics.health()[0]:
                 progress.step(f"unhealthy: {metrics.health()[1]}")
         stop.event.wait(args.poll)
     progress.step("stopped")
     return EXIT_OK
+
+
+def _maintenance(progress, activity, metrics: Metrics, maintain, every: float, yield_to) -> float:
+    """One maintenance pass between runs; returns when the next is due (at once after the run it
+    yielded to, else `every` seconds on). A pass that fails is reported and the service goes on
+    (its tables are as the last whole statement left them: the next pass takes them up again)."""
+    started = time.monotonic()
+    activity.begin()
+    try:
+        result = maintain(yield_to)
+        metrics.maintained(result, time.monotonic() - started)
+        return time.monotonic() if result.left else started + every
+    except RunnerError as exc:
+        progress.step(f"FAILED: maintenance: {exc}")
+        metrics.maintenance_failed(str(exc))
+        return started + every
+    finally:
+        activity.end()

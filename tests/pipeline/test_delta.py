@@ -76,9 +76,10 @@ def test_plain_dbt_on_a_new_warehouse_prints_no_error_and_writes_delta(tmp_path)
 
 def test_the_lock_names_its_holder_waits_and_takes_over_a_dead_holders_lock(tmp_path):
     path = tmp_path / "runner.run.lock"
-    holder = RunnerLock(path, "local").acquire()
+    holder = RunnerLock(path, "local", "serve").acquire()
     try:
-        with pytest.raises(WarehouseBusy, match=rf"another runner holds this warehouse: pid {os.getpid()} on host "
+        with pytest.raises(WarehouseBusy, match=rf"another runner holds this warehouse: python -m runner serve, pid "
+                                                rf"{os.getpid()} on host "
                                                 r".*, started .*, target local \(lock .*runner.run.lock\); wait for it"):
             RunnerLock(path, "local").acquire()
         with pytest.raises(WarehouseBusy, match="holds this warehouse after waiting 0.3 s"):
@@ -101,12 +102,12 @@ def test_the_lock_names_its_holder_waits_and_takes_over_a_dead_holders_lock(tmp_
 def test_a_second_runner_process_exits_2_naming_the_holder(tmp_path):
     (tmp_path / "landing").mkdir()
     state = tmp_path / "state"
-    with RunnerLock(state / "runner.run.lock", "local").acquire():
+    with RunnerLock(state / "runner.run.lock", "local", "serve").acquire():
         result = subprocess.run(
-            [sys.executable, "-m", "runner", "run", "--landing", str(tmp_path / "landing")], cwd=PROJECT_DIR,
+            [sys.executable, "-m", "runner", "maintain", "--landing", str(tmp_path / "landing")], cwd=PROJECT_DIR,
             env={**os.environ, "SQLSERVER_CDC_STATE_DIR": str(state)}, capture_output=True, text=True,
             timeout=120, check=False)
     assert result.returncode == 2, result.stdout + result.stderr
     last = result.stdout.strip().splitlines()[-1]
-    assert f"FAILED: another runner holds this warehouse: pid {os.getpid()} on host" in last
+    assert f"FAILED: another runner holds this warehouse: python -m runner serve, pid {os.getpid()} on host" in last
     assert "pass --wait SECONDS" in last

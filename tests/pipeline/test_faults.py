@@ -189,6 +189,11 @@ def test_killed_runs_rerun_to_the_same_marts_readers_see_whole_commits_one_runne
         assert refused.returncode == 2, out
         last = out.strip().splitlines()[-1]
         assert "FAILED: another runner holds this warehouse" in last and f"pid {holder.pid} on host" in last, last
+        assert "python -m runner serve" in last, last
+        # so is a maintenance pass, which never runs beside the service (the service maintains)
+        maintaining = wh.start(command="maintain")
+        out, _ = maintaining.communicate(timeout=120)
+        assert maintaining.returncode == 2 and "python -m runner serve" in out.strip().splitlines()[-1], out
         waiting = wh.start("--wait", str(TIMEOUT))
         _scraped(holder, port, lambda m: m.get(("sqlserver_cdc_runs_total", "succeeded"), 0) >= 1)
     finally:

@@ -148,7 +148,7 @@ def test_readme_maps_every_doc_page_and_topic_and_every_link_resolves():
 
 # public macros that are Jinja only (values, relations, declarations), portable as they are
 JINJA_ONLY = {"channel_declared", "check_scope", "debezium_encoding", "declared_scale", "fraction_digits",
-              "ledger_relation", "watermark_relation", "operation_codes", "tracked_table",
+              "ledger_relation", "watermark_relation", "maintenance_relation", "operation_codes", "tracked_table",
               "tracked_table_for_capture_instance"}
 PORTABLE_DEFAULT = {"column_ordinal", "operation_number"}  # ANSI SQL or Jinja: default__ is the body
 DBT_OVERRIDES = {"get_where_subquery"}  # dbt's own dispatch, specialised for Spark
