@@ -150,8 +150,14 @@
     {%- endif -%}
     {%- if raw is not none -%}
         {%- set kept = "landing_kind not in ('landed_files', 'kafka_offsets')" -%}
-        {%- set expired = kept ~ ' and _batch_id < ' ~ sqlserver_cdc._sql_string(raw.before) ~ ' and _batch_id <= '
-            ~ sqlserver_cdc._sql_string(raw.through) -%}
+        {%- set taken = [] -%}
+        {%- for source in raw.sources -%}
+            {%- do taken.append("(landing_kind = " ~ sqlserver_cdc._sql_string(source.kind)
+                ~ ((" and lower(entity) in ('" ~ source.entities | join("', '") ~ "')") if source.entities else '')
+                ~ " and _batch_id <= " ~ sqlserver_cdc._sql_string(source.through) ~ ")") -%}
+        {%- endfor -%}
+        {%- set expired = kept ~ ' and _batch_id < ' ~ sqlserver_cdc._sql_string(raw.before) ~ ' and ('
+            ~ taken | join(' or ') ~ ')' -%}
         {#- one scan of the batch ids: the rows that go, and the oldest batch of those that stay -#}
         {%- set found = run_query('select count_if(' ~ expired ~ '), min(_batch_id) filter (where not (' ~ expired ~ ')) from '
             ~ relation ~ ' where ' ~ kept).rows[0] -%}

@@ -35,7 +35,7 @@ class Facts:
     """What maintenance_facts reported, read."""
 
     tables: dict[str, m.TableState]
-    staged_through: list[str]
+    staged_through: dict[str, str]  # each staging model's last batch taken in
     manifests_from: str = ""
     first_run: datetime | None = None
     last_maintained: datetime | None = None
@@ -52,8 +52,7 @@ def read_facts(report: dict) -> Facts:
                    m.parse_time(last.get("vacuumed_at")), last.get("modified_after"), m.parse_time(last.get("removed_through")),
                    None if last.get("reclaimable") is None else max(int(last["reclaimable"]), 0))
             if last and last.get("at") else None)
-    through = report.get("staged_through") or {}
-    return Facts(tables, [through.get(model) or "" for model in report.get("staging") or []],
+    return Facts(tables, {model: batch or "" for model, batch in (report.get("staged_through") or {}).items()},
                  report.get("manifests_from") or "", m.batch_time(report.get("first_run") or ""),
                  m.parse_time(report.get("last_maintained")))
 
@@ -69,9 +68,14 @@ class Pass:
     left: list[m.Task] = field(default_factory=list)
 
 
-def plan_pass(facts: Facts, settings: m.Settings, now: datetime) -> list[m.Task]:
+def declared(project_dir) -> list[tuple[str, str, list[str]]]:
+    """(name, channel, capture instances) of each declared table (the raw retention's sources)."""
+    return [(name, t.channel, [i for i, _ in t.instances]) for name, t in sorted(tracked_table_declarations(project_dir).items())]
+
+
+def plan_pass(facts: Facts, settings: m.Settings, now: datetime, tables: list[tuple[str, str, list[str]]]) -> list[m.Task]:
     """Every table's task of a pass, the ones with work first (runner/run/maintenance.py)."""
-    raw = m.raw_cutoff(settings, now, facts.staged_through, facts.manifests_from)
+    raw = m.raw_cutoff(settings, now, m.raw_sources(tables, facts.staged_through), facts.manifests_from)
     tasks = [m.plan_table(state, settings, now, raw) for state in facts.tables.values()]
     return m.order(tasks, facts.tables)
 
@@ -86,7 +90,7 @@ def run_pass(dbt, project_dir, raw_schema: str, progress, now: Callable[[], date
                            {"relations": maintained(project_dir, raw_schema)}).get("maintenance_facts")
     facts = read_facts(report)
     started = now()
-    tasks = plan_pass(facts, settings, started)
+    tasks = plan_pass(facts, settings, started, declared(project_dir))
     result = Pass(facts, tasks)
     for i, task in enumerate(tasks):
         if dry_run:
@@ -99,7 +103,9 @@ def run_pass(dbt, project_dir, raw_schema: str, progress, now: Callable[[], date
         row = dbt.operation("sqlserver_cdc.maintain_table", {
             "relation": task.relation, "kind": task.kind, "reason": "; ".join(task.why), "properties": task.properties,
             "before": {"files": facts.tables[task.relation].files, "bytes": facts.tables[task.relation].bytes},
-            "raw": {"before": task.raw.before, "through": task.raw.through} if task.raw else None,
+            "raw": {"before": task.raw.before, "sources": [
+                {"kind": r.kind, "entities": list(r.entities) if r.entities else None, "through": r.through}
+                for r in task.raw.sources]} if task.raw else None,
             "compact": task.compact, "vacuum": task.vacuum,
             "removed_through": task.removed_through.strftime("%Y-%m-%d %H:%M:%S.%f") if task.removed_through else None,
         }).get("maintain_table")

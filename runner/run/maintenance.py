@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
-from runner.run.plan import BATCH_STAMP
+from runner.run.plan import BATCH_STAMP, EVENT_MODELS, METADATA_MODELS
 
 # Delta's defaults: a VACUUM keeps removed files 7 days, the log keeps commits 30 days
 DELTA_FILE_RETENTION_HOURS = 168.0
@@ -171,29 +171,70 @@ def order(tasks: list[Task], states: dict[str, TableState]) -> list[Task]:
 
 
 @dataclass(frozen=True)
-class RawCut:
-    """The landed rows of the raw table a pass deletes: those of batches before `before` (the
-    retention's time) and at or before `through` (the last batch every staging model took in)."""
+class RawSource:
+    """Landed rows of the raw table that staging models take in: a landing kind, its entities
+    (None: all of them; lower case) and the last batch every model reading them took in ('' for
+    none yet)."""
 
-    before: str
+    kind: str
+    entities: tuple[str, ...] | None
     through: str
 
+
+@dataclass(frozen=True)
+class RawCut:
+    """The landed rows of the raw table a pass deletes: those of batches before `before` (the
+    retention's time) of each source, at or before the batch its staging took in."""
+
+    before: str
+    sources: tuple[RawSource, ...]
+
     def __str__(self) -> str:
-        return f"batches before {self.before} that every staging model took in (through {self.through})"
+        return f"batches before {self.before} that their staging models took in"
 
 
-def raw_cutoff(settings: Settings, now: datetime, staged_through: list[str], waiting_from: str = "") -> RawCut | None:
+def raw_cutoff(settings: Settings, now: datetime, sources: list[RawSource], waiting_from: str = "") -> RawCut | None:
     """The raw table's rows a pass may delete (None: none): none while raw_retention_days is unset;
-    else those of the batches older than `raw_retention_days` before now, never past a batch some
-    staging model has not taken in (`staged_through`: each staging model's last batch, '' for one
-    that took in none) nor from a manifest that waits beyond a gap (`waiting_from`, the run
-    ledger's manifests_from), which a later run still reads."""
-    if settings.raw_retention_days is None or not staged_through or "" in staged_through:
+    else, of each source some staging model took in, the rows of batches older than
+    `raw_retention_days` before now and never past the batch its staging took in; never from a
+    manifest that waits beyond a gap on (`waiting_from`, the run ledger's manifests_from), which a
+    later run still reads. The raw table's other rows (landed-file records, Kafka offsets,
+    manifests) are kept."""
+    if settings.raw_retention_days is None:
+        return None
+    taken = tuple(s for s in sources if s.through)
+    if not taken:
         return None
     before = (now - timedelta(days=settings.raw_retention_days)).strftime(BATCH_STAMP)
     if waiting_from:
         before = min(before, waiting_from)
-    return RawCut(before, min(staged_through))
+    return RawCut(before, taken)
+
+
+def raw_sources(tables: list[tuple[str, str, list[str]]], staged_through: dict[str, str]) -> list[RawSource]:
+    """What each staging model takes in from the raw table, with the last batch it took in
+    (`staged_through`, by model): the metadata exports (runner/run/plan.py METADATA_MODELS), the
+    event channels' lines, each change-table table's capture instances and snapshots. `tables`:
+    (name, channel, capture instances) of the declared tables. A source read by two models
+    (cdc_metadata/change_tables) is taken in as far as the one behind."""
+    reads: dict[tuple[str, str | None], list[str]] = {}
+    for model, landed in METADATA_MODELS.items():
+        for source in landed:
+            kind, _, entity = source.partition("/")
+            reads.setdefault((kind, entity), []).append(model)
+    for channel, model in EVENT_MODELS.items():
+        if any(c == channel for _, c, _ in tables):
+            reads.setdefault((channel, None), []).append(model)
+    for name, channel, instances in tables:
+        if channel == "change_tables":
+            for instance in instances:
+                reads.setdefault(("change_tables", instance.lower()), []).append(f"stg_change_tables__{name}")
+            reads.setdefault(("snapshots", name.lower()), []).append(f"stg_change_tables__{name}")
+    found = []
+    for (kind, entity), models in sorted(reads.items(), key=lambda item: (item[0][0], item[0][1] or "")):
+        marks = [staged_through.get(m) or "" for m in models]
+        found.append(RawSource(kind, None if entity is None else (entity,), "" if "" in marks else min(marks)))
+    return found
 
 
 def restage_refusal(held_from: str | None, retention_days: float | None) -> str | None:

@@ -14,7 +14,6 @@ from runner.run.maintenance import (
     LOG_RETENTION,
     RETENTION,
     Last,
-    RawCut,
     Settings,
     TableState,
     batch_time,
@@ -23,6 +22,7 @@ from runner.run.maintenance import (
     overdue,
     plan_table,
     raw_cutoff,
+    raw_sources,
     restage_refusal,
     wanted_properties,
 )
@@ -87,21 +87,34 @@ def test_vacuum_runs_once_per_interval_while_files_removed_since_the_last_cut_of
     assert plan_table(state(last=last()), settings, NOW).empty
 
 
-def test_the_raw_retention_never_passes_a_batch_some_staging_model_has_not_taken_in():
-    kept = Settings()
-    assert raw_cutoff(kept, NOW, ["20261130T000000000000Z-a"]) is None  # off by default
+def test_the_raw_retention_deletes_of_each_source_only_the_batches_its_staging_took_in():
+    tables = [("customers", "change_tables", ["dbo_Customers", "dbo_customers_v2"]), ("employees", "ces", []),
+              ("orders", "change_tables", ["dbo_orders"])]
+    marks = {"stg_cdc_metadata__lsn_time_mapping": "b9", "stg_cdc_metadata__change_tables": "b1",
+             "stg_cdc_metadata__captured_columns": "b3", "stg_ces__events": "b8", "stg_change_tables__customers": "b7"}
+    sources = {(s.kind, s.entities): s.through for s in raw_sources(tables, marks)}
+    assert sources == {
+        ("cdc_metadata", ("lsn_time_mapping",)): "b9",
+        ("cdc_metadata", ("captured_columns",)): "b3",
+        # read by two models: as far as the one behind
+        ("cdc_metadata", ("change_tables",)): "b1",
+        ("ces", None): "b8",
+        ("change_tables", ("dbo_customers",)): "b7", ("change_tables", ("dbo_customers_v2",)): "b7",
+        ("snapshots", ("customers",)): "b7",
+        # a staging model that took in nothing yet
+        ("change_tables", ("dbo_orders",)): "", ("snapshots", ("orders",)): ""}
+    assert raw_cutoff(Settings(), NOW, raw_sources(tables, marks)) is None  # off by default
     days = Settings(raw_retention_days=7)
-    cut = raw_cutoff(days, NOW, ["20261130T000000000000Z-a", "20261120T000000000000Z-b"])
-    assert cut == RawCut("20261124T120000000000Z", "20261120T000000000000Z-b")
-    # a staging model that took in nothing yet, or none declared: nothing goes
-    assert raw_cutoff(days, NOW, ["20261130T000000000000Z-a", ""]) is None and raw_cutoff(days, NOW, []) is None
+    cut = raw_cutoff(days, NOW, raw_sources(tables, marks))
+    assert cut.before == "20261124T120000000000Z" and {s.through for s in cut.sources} == {"b9", "b3", "b1", "b8", "b7"}
+    assert raw_cutoff(days, NOW, raw_sources([], {})) is None  # nothing staged: nothing goes
     # a manifest waiting beyond an export gap is read again by a later run
-    assert raw_cutoff(days, NOW, ["20261130T000000000000Z-a"], "20261101T000000000000Z-c").before == "20261101T000000000000Z-c"
+    assert raw_cutoff(days, NOW, raw_sources(tables, marks), "20261101T000000000000Z-c").before == "20261101T000000000000Z-c"
     # the raw table's cut goes with its VACUUM (once an interval), not every pass
     raw = state(kind="raw", relation="cdc_raw.landed_rows", modified="m2", last=last(vacuumed_at=NOW - timedelta(days=2)))
     task = plan_table(raw, days, NOW, cut)
-    assert task.raw == cut and task.vacuum and "raw retention: the landed rows of batches before 20261124T120000000000Z" \
-        in task.why[-1]
+    assert task.raw == cut and task.vacuum and task.why[-1] == ("raw retention: the landed rows of batches before "
+                                                               "20261124T120000000000Z that their staging models took in")
     assert plan_table(state(kind="mart", modified="m2", last=last(vacuumed_at=NOW - timedelta(days=2))), days, NOW,
                       cut).raw is None
     assert plan_table(state(kind="raw", last=last(vacuumed_at=NOW - timedelta(hours=1))), days, NOW, cut).raw is None
@@ -145,7 +158,7 @@ def test_a_pass_maintains_the_tables_with_work_most_files_first_and_reads_what_t
         "last_maintained": "2026-12-01T11:00:00.000Z"}
     facts = read_facts(report)
     assert facts.tables["cdc.b_current"].last.reclaimable == 512 and facts.first_run == datetime(2026, 11, 1)
-    tasks = plan_pass(facts, Settings(), NOW)
+    tasks = plan_pass(facts, Settings(), NOW, [])
     assert [t.relation for t in tasks] == ["cdc.b_current", "cdc.a_current"]  # c has nothing to do
     assert order(tasks, facts.tables) == tasks
     from runner.run.maintain import Pass
