@@ -1,15 +1,23 @@
-"""runner/run/maintenance.py without Spark: what a maintenance pass decides per table (retention
+"""runner/run/maintenance.py without Spark (and one scenario of runs and a pass): what a maintenance pass decides per table (retention
 properties, compaction past the threshold, VACUUM once a day while removed files may wait, the raw
 retention's cut never past what staging took in), the --restage refusal and the overdue warning;
 and the pass's reading of maintenance_facts (runner/run/maintain.py)."""
 
 from __future__ import annotations
 
+import io
+import uuid
 from datetime import datetime, timedelta
+from pathlib import Path
 
 import pytest
 
-from runner.run.maintain import maintained, plan_pass, read_facts, status_table
+from cdc_simulator.simulate import Simulator
+from runner.errors import UsageError
+from runner.project.yaml_edit import edit_yaml
+from runner.run import report
+from runner.run.dbt import Dbt
+from runner.run.maintain import Pass, maintained, plan_pass, read_facts, run_pass, status_table
 from runner.run.maintenance import (
     LOG_RETENTION,
     RETENTION,
@@ -26,7 +34,10 @@ from runner.run.maintenance import (
     restage_refusal,
     wanted_properties,
 )
-from tests.conftest import PROJECT_DIR
+from runner.run.metrics import Metrics
+from tests.conftest import EVENT_TABLES, PROJECT_DIR, Pipeline, copy_project
+from tests.expected import check_marts
+from tests.scenarios import CHANGE_TABLES, land_changes
 
 NOW = datetime(2026, 12, 1, 12, 0, 0)
 SET = {RETENTION: "interval 168 hours"}
@@ -161,8 +172,6 @@ def test_a_pass_maintains_the_tables_with_work_most_files_first_and_reads_what_t
     tasks = plan_pass(facts, Settings(), NOW, [])
     assert [t.relation for t in tasks] == ["cdc.b_current", "cdc.a_current"]  # c has nothing to do
     assert order(tasks, facts.tables) == tasks
-    from runner.run.maintain import Pass
-
     table = status_table(Pass(facts, tasks))
     assert [r["table"] for r in table.rows] == ["cdc.a_current", "cdc.b_current", "cdc.c_current"]
     assert table.rows[2]["due"] == "-" and table.rows[1]["reclaimable"] == "512 B"
@@ -173,9 +182,87 @@ def test_a_pass_maintains_the_tables_with_work_most_files_first_and_reads_what_t
 def test_bad_maintenance_settings_are_refused_naming_the_field(tmp_path, given):
     import yaml
 
-    from runner.errors import UsageError
     from runner.project.config import maintenance_settings
 
     (tmp_path / "dbt_project.yml").write_text(yaml.safe_dump({"vars": {"cdc_maintenance": given}}))
     with pytest.raises(UsageError, match=r"var cdc_maintenance: .*" + next(iter(given))):
         maintenance_settings(tmp_path)
+
+
+MARTS = [f"{t.name}_{mart}" for t in CHANGE_TABLES for mart in ("current", "history")]
+
+
+def _detail(pipeline, relation: str) -> dict:
+    return pipeline.rows(f"describe detail {relation}")[0]
+
+
+def _files_on_disk(location: str) -> int:
+    """The data files and deletion vectors in a table's folder (not its log)."""
+    root = Path(location.removeprefix("file:"))
+    return sum(1 for p in root.rglob("*") if p.is_file() and "_delta_log" not in p.parts and not p.name.startswith("."))
+
+
+@pytest.mark.scenario
+def test_a_pass_compacts_vacuums_applies_the_raw_retention_and_the_next_run_is_exact(spark, tmp_path):
+    """Costs three runs, a pass, a refused restage and one more run (about 60 s on two cores);
+    proves what a pass does to a warehouse that runs made: the marts compacted and their
+    deletion vectors purged, every removed file vacuumed (retention 0), the ledger's and the
+    metrics' figures those of DESCRIBE DETAIL, time travel refused beyond the retention, the raw
+    retention deleting staged batches but no landed-file record, --restage refused, and the next
+    run landing nothing twice and applying its batch exactly."""
+    project = copy_project(tmp_path / "project", {}, drop=EVENT_TABLES)
+    settings = {"compact_after_files": 2, "retention_hours": 0, "vacuum_every_hours": 0.0001,
+                "raw_retention_days": 0.00001, "overdue_hours": 0.0001}
+    edit_yaml(project / "dbt_project.yml", lambda doc: doc["vars"].update({"cdc_maintenance": settings}) or True)
+    (tmp_path / "landing").mkdir()
+    pipeline = Pipeline(spark, "m_" + uuid.uuid4().hex[:8], tmp_path / "landing", project_dir=project)
+    raw = f"{pipeline.target.raw_schema}.landed_rows"
+    sim = Simulator(CHANGE_TABLES, seed=47)
+    said = io.StringIO()
+    for i in range(3):
+        land_changes(pipeline, sim, sim.run(12), f"b{i + 1}", first=i == 0)
+        pipeline.run(progress=report.Progress(stream=said))
+    # no pass ran, and the first run is older than overdue_hours: the summary says so
+    assert "WARNING maintenance overdue: no maintenance ran since the first run" in said.getvalue()
+    history = f"{pipeline.schema}.customers_history"
+    assert pipeline.rows(f"select count(*) as n from {history} version as of 1")[0]["n"] > 0  # Delta's 7 days
+    before = {m: _detail(pipeline, f"{pipeline.schema}.{m}")["numFiles"] for m in MARTS}
+    assert all(n >= settings["compact_after_files"] for n in before.values()), before
+    records = pipeline.rows(f"select count(*) as n from {raw} where landing_kind = 'landed_files'")[0]["n"]
+    landed = pipeline.rows(f"select count(*) as n from {raw} where landing_kind = 'change_tables'")[0]["n"]
+
+    dbt = Dbt(project, "local", {"cdc_raw_schema": pipeline.target.raw_schema})
+    result = run_pass(dbt, project, pipeline.target.raw_schema, report.Progress(stream=said))
+    done = {row["relation"]: row for row in result.done}
+    metrics = Metrics()
+    metrics.maintained(result, 1.0)
+    sample = metrics.registry.get_sample_value
+    for mart in MARTS:
+        relation = f"{pipeline.schema}.{mart}"
+        detail, row = _detail(pipeline, relation), done[relation]
+        # the ledger's and the metrics' figures are DESCRIBE DETAIL's
+        assert (row["files_after"], row["bytes_after"]) == (detail["numFiles"], detail["sizeInBytes"])
+        assert sample("sqlserver_cdc_table_files", {"relation": relation}) == detail["numFiles"]
+        assert sample("sqlserver_cdc_table_bytes", {"relation": relation}) == detail["sizeInBytes"]
+        assert row["compacted"] and row["compaction_files_removed"] == before[mart] and detail["numFiles"] == 1
+        # retention 0: VACUUM deleted every file the compaction and the runs removed
+        assert row["vacuumed"] and row["vacuum_files_deleted"] > 0 and _files_on_disk(detail["location"]) == 1
+        assert sample("sqlserver_cdc_table_reclaimable_bytes", {"relation": relation}) == 0
+        assert _detail(pipeline, relation)["properties"]["delta.deletedFileRetentionDuration"] == "interval 0 hours"
+    assert any(done[f"{pipeline.schema}.{m}"]["deletion_vectors_purged"] for m in MARTS if m.endswith("_current"))
+    assert pipeline.rows(f"select count(*) as n from {pipeline.schema}.cdc_maintenance")[0]["n"] == len(result.done)
+    # time travel beyond the retention is refused by name
+    with pytest.raises(Exception, match="DELTA_UNSUPPORTED_TIME_TRAVEL_BEYOND_DELETED_FILE_RETENTION_DURATION"):
+        spark.sql(f"select count(*) from {history} version as of 1").collect()
+    # the raw retention: the staged batches' landed rows gone, every landed-file record kept
+    assert 0 < done[raw]["raw_rows_deleted"] and done[raw]["raw_held_from"]
+    assert pipeline.rows(f"select count(*) as n from {raw} where landing_kind = 'change_tables'")[0]["n"] < landed
+    assert pipeline.rows(f"select count(*) as n from {raw} where landing_kind = 'landed_files'")[0]["n"] == records
+    with pytest.raises(UsageError, match=f"the oldest batch it can rebuild from is {done[raw]['raw_held_from']}"):
+        pipeline.run(restage=True)
+    # the landing folder still holds every file: none lands twice, and the next batch applies exactly
+    txs = sim.run(12)
+    land_changes(pipeline, sim, txs, "b4")
+    summary = pipeline.run()
+    assert sum(r["rows_landed"] for r in summary) == sum(len(tx.changes.get(t.name, [])) for tx in txs for t in CHANGE_TABLES)
+    check_marts(pipeline, sim, txs[-1].commit_lsn)
