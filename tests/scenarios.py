@@ -93,11 +93,11 @@ class Warehouse:
         assert "HiveAlterHandler" not in out, "the metastore refused a replaced table's schema (profiles.yml)"
         return out
 
-    def kill_when(self, condition, what: str, python_only: bool = False) -> str:
-        """Starts a run and SIGKILLs its process tree (Python and the JVM; python_only: the Python
-        process alone, its JVM left running, frozen: no output then) as soon as condition() holds;
-        returns the run's output."""
-        proc = self.start()
+    def kill_when(self, condition, what: str, python_only: bool = False, command: str = "run") -> str:
+        """Starts a run (or another runner command) and SIGKILLs its process tree (Python and the
+        JVM; python_only: the Python process alone, its JVM left running, frozen: no output then) as
+        soon as condition() holds; returns the run's output."""
+        proc = self.start(command=command)
         deadline = time.monotonic() + TIMEOUT
         while not condition():
             assert proc.poll() is None, f"the run ended before {what}: {proc.stdout.read()[-3000:]}"

@@ -104,8 +104,8 @@ def serve(args, progress, listing, run, alive, metrics: Metrics | None = None, o
     `abandon(line, exit code)` ends the process at once (runner/run/cli.py abandoner), `tables`
     the declared tables (the default run limit), `maintain(yield_to)` a maintenance pass
     (runner/run/maintain.py run_pass: it stops between two tables when `yield_to()` says a run is
-    due), made after the first run and then every --maintain-every seconds, between runs only;
-    a pass that yielded goes on after the run. Each run and pass is the Activity of `progress`
+    due), made every --maintain-every seconds, between runs only; a pass that yielded goes on
+    after the run. Each run and pass is the Activity of `progress`
     from its start to its end (the metrics' run in progress). Returns the exit code."""
     activity = getattr(progress, "activity", None) or Activity()
     metrics = metrics or Metrics(max_failures=args.max_failures, stale_after=args.stale_after, run_limit=args.run_limit,
@@ -117,13 +117,13 @@ def serve(args, progress, listing, run, alive, metrics: Metrics | None = None, o
         progress.step(f"metrics on http://{args.metrics_host}:{server.server_port}/metrics, health on /healthz")
     trigger = Trigger(args.every)
     every = getattr(args, "maintain_every", None)
-    next_pass = None  # due after the first run
+    next_pass = time.monotonic() + every if every else None
     progress.step(f"serving: a run now, every {args.every:g} s and when new files settle"
                   f"{' or Kafka records arrive' if offsets else ''} (polled every {args.poll:g} s)"
                   + (f"; maintenance between runs every {every:g} s" if maintain and every else ""))
     while not stop.event.is_set():
         listed, ends, now = listing(), offsets() if offsets else None, time.monotonic()
-        if maintain and every and next_pass is not None and now >= next_pass and not trigger.pending(now, listed, ends):
+        if maintain and next_pass is not None and now >= next_pass and not trigger.pending(now, listed, ends):
             next_pass = _maintenance(progress, activity, metrics, maintain, every, lambda: trigger.pending(
                 time.monotonic(), listing(), offsets() if offsets else None))
         elif trigger.due(now, listed, ends):
@@ -147,8 +147,6 @@ def serve(args, progress, listing, run, alive, metrics: Metrics | None = None, o
                 metrics.failed("error", time.monotonic() - now, str(exc))
             finally:
                 activity.end()
-            if next_pass is None:
-                next_pass = time.monotonic()
             if not metrics.health()[0]:
                 progress.step(f"unhealthy: {metrics.health()[1]}")
         stop.event.wait(args.poll)

@@ -6,7 +6,9 @@ second runner exits 2 naming the holder, or waits with --wait (and, nothing havi
 the holder's run, exits without starting Spark); a lock left by a killed run is taken over. The
 last holder is a resident runner (`python -m runner serve`): it takes in batches as they land,
 goes on after a run that refuses a file, serves metrics equal to the ledger's rows, and on
-SIGTERM finishes its run and exits 0. A run that hangs (its JVM frozen) is abandoned at
+SIGTERM finishes its run and exits 0. A maintenance pass killed inside a compaction or a VACUUM
+leaves every table readable and the next run exact, and a pass is refused beside the service.
+A run that hangs (its JVM frozen) is abandoned at
 `run --timeout` as a kill would, naming where it was, and the next run is exact; a frozen run of
 the service makes /healthz answer 503 past `--run-limit`, and thawed it finishes.
 
@@ -28,6 +30,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from cdc_simulator.simulate import Simulator
+from runner.project.yaml_edit import edit_yaml
 from runner.run.lock import process_start
 from tests.conftest import EVENT_TABLES, copy_project
 from tests.scenarios import CHANGE_TABLES, TIMEOUT, Warehouse, expected_state
@@ -70,6 +73,9 @@ def test_killed_runs_rerun_to_the_same_marts_readers_see_whole_commits_one_runne
     landing = tmp_path / "landing"
     landing.mkdir()
     project = copy_project(tmp_path / "project", {}, drop=(*EVENT_TABLES, "order_lines"))
+    # maintenance finds work after a few runs: compaction past 2 files, every removed file vacuumed
+    edit_yaml(project / "dbt_project.yml", lambda doc: doc["vars"].update({"cdc_maintenance": {
+        "compact_after_files": 2, "retention_hours": 0, "vacuum_every_hours": 0.0001}}) or True)
     wh = Warehouse(spark, tmp_path / "state", project, landing, TABLES)
     sim = Simulator(TABLES, seed=83)
     first = sim.run(40)
@@ -140,6 +146,21 @@ def test_killed_runs_rerun_to_the_same_marts_readers_see_whole_commits_one_runne
     assert frozen is not None, f"the run ended before its JVM was recorded: {out[-3000:]}"
     assert f"killed the run's JVM (pid {frozen})" in out and process_start(frozen) is None, out[-3000:]
     assert lock.read_text() == "", "the abandoned run did not release the lock"
+
+    # 3c. a maintenance pass killed inside a compaction (OPTIMIZE's file written, its commit not
+    #     yet), then one killed inside a VACUUM (files deleted, VACUUM END not committed): every
+    #     table stays readable at a whole run's state (checked below), and the service's first run
+    #     applies b5 exactly (step 4)
+    mart = "customers_history"
+    files, committed = wh.data_files(mart), wh.commits(mart)
+    out = wh.kill_when(lambda: wh.data_files(mart) > files, "OPTIMIZE of customers_history", command="maintain")
+    kills = [("OPTIMIZE of customers_history", wh.commits(mart) == committed)]
+    files = wh.data_files(mart)
+    out = wh.kill_when(lambda: wh.data_files(mart) < files, "VACUUM of customers_history", command="maintain")
+    kills.append(("VACUUM of customers_history", not any(
+        json.loads(line).get("commitInfo", {}).get("operation") == "VACUUM END"
+        for f in sorted((wh.path(mart) / "_delta_log").glob("*.json"))[-2:] for line in f.read_text().splitlines())))
+    print("; ".join(f"maintenance killed inside {what} before its end: {inside}" for what, inside in kills))
 
     # every mart is at the state of a whole run: one of the landed batches' bounds
     before = {}

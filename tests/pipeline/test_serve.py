@@ -296,3 +296,51 @@ def _get(port: int, path: str) -> tuple[int, str]:
             return answer.status, answer.read().decode().strip()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read().decode().strip()
+
+
+def test_maintenance_runs_between_runs_and_yields_to_a_run_that_falls_due_after_the_table_in_hand():
+    """A pass every --maintain-every seconds, never inside a run; files arriving while it maintains
+    a table make it stop after that table: the run starts right after, then the pass goes on."""
+    from runner.run.maintain import Facts, Pass
+    from runner.run.maintenance import TableState, Task
+
+    events: list[str] = []
+    listing = {"a": 1}
+    tables = ["t1", "t2", "t3"]
+    states = {t: TableState(t, "mart", 5, 50, "m") for t in tables}
+
+    def maintain(yield_to):
+        left = [t for t in tables if f"maintained {t}" not in events]
+        result = Pass(Facts(states, {}), [Task(t, "mart", compact=True) for t in left])
+        for i, t in enumerate(left):
+            if yield_to():
+                result.left = result.tasks[i:]
+                events.append("yielded")
+                return result
+            events.append(f"maintained {t}")
+            result.done.append({"relation": t, "files_after": 1, "bytes_after": 40, "disk_bytes_after": 40,
+                                "started_at": "2026-12-01 10:00:00", "seconds": 0.5})
+            if t == "t2":
+                listing["b"] = 1  # an export arrives while t2 is maintained
+        signal.raise_signal(signal.SIGTERM)  # the pass is whole: the service stops after it
+        return result
+
+    def run(listed):
+        events.append(f"run {sorted(listed)}")
+        return "succeeded", [], ""
+
+    metrics = Metrics()
+    try:
+        serve(_args(every=3600, maintain_every=0.01), Quiet(), lambda: dict(listing), run, alive=lambda: True,
+              metrics=metrics, maintain=maintain)
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    # the first run at start, a pass after --maintain-every that yields once b has arrived, the run
+    # of b (after it settled), the rest of the pass
+    assert events == ["run ['a']", "maintained t1", "maintained t2", "yielded", "run ['a', 'b']", "maintained t3"]
+    sample = metrics.registry.get_sample_value
+    assert sample("sqlserver_cdc_maintenance_passes_total", {"status": "yielded"}) == 1
+    assert sample("sqlserver_cdc_maintenance_passes_total", {"status": "completed"}) == 1
+    assert sample("sqlserver_cdc_table_files", {"relation": "t3"}) == 1
+    assert sample("sqlserver_cdc_table_last_maintenance_seconds", {"relation": "t1"}) == 0.5
