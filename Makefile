@@ -3,8 +3,10 @@
 #                 into .jars/ (once, from Maven Central), generate demo landing data, run the
 #                 pipeline, print a summary
 #   make test   - create .venv, install, fetch the tests' jars too (Kafka broker, HDFS mini-cluster),
-#                 run linters, dbt docs generate and the whole test suite
-#                 (tests/tooling/test_cluster.py starts and stops its own local Spark cluster)
+#                 run linters, dbt docs generate and every test but the service tier (what CI runs)
+#   make test-services - the service tier: the tests that start a service of their own (a Spark
+#                 cluster, a Kafka broker, HDFS, an S3 server), 40-50 minutes on two cores
+#   make test-all - both
 #   make test-fast - the fast tier after an edit: ruff and the tests that start no service and no
 #                 runner process and run no multi-run scenario (docs/testing.md "Tiers")
 PYTHON ?= python3
@@ -12,7 +14,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo demo-kafka test test-fast test-jars lint docs bench clean check-java cluster-up cluster-down kafka-up kafka-down hdfs-up hdfs-down
+.PHONY: demo demo-kafka test test-services test-all test-fast test-jars lint docs bench clean check-java cluster-up cluster-down kafka-up kafka-down hdfs-up hdfs-down
 
 check-java:
 	@command -v java >/dev/null 2>&1 || { echo "ERROR: java not found. Spark needs Java 17: install it (e.g. apt-get install openjdk-17-jre-headless) and re-run."; exit 2; }
@@ -43,6 +45,14 @@ test-jars: $(STAMP)
 	$(PY) -m runner.spark.jars --tests
 
 test: check-java $(STAMP) test-jars lint
+	$(PY) -m pytest -m "not service"
+
+# the tests that start a service of their own (docs/testing.md "Tiers"): before a release, and
+# after a change to the targets, Kafka or remote landing
+test-services: check-java $(STAMP) test-jars
+	$(PY) -m pytest -m service
+
+test-all: check-java $(STAMP) test-jars lint
 	$(PY) -m pytest
 
 FAST := not service and not processes and not scenario

@@ -106,6 +106,13 @@ TARGETS = {  # issue 15 "Benchmark on a realistic size"; measured, never asserte
     "estate_tenant_over_one_database": 1.3,
     "estate_distinct_over_tenant_per_changed_table": 1.0,
     "estate_resident_no_op_seconds": 0.5,
+    # issue 62 "A year of five-minute runs": after aging_runs runs with maintenance, a run's commits
+    # against run 50; files per mart; bytes on disk (data and log) against the live bytes; the
+    # longest maintenance of one table against a real run of its batch
+    "aging_run_cost_growth": 1.1,
+    "aging_mart_files": 64,
+    "aging_disk_over_live": 2.0,
+    "aging_table_maintenance_over_run": 1.0,
 }
 
 
@@ -139,6 +146,13 @@ class BenchConfig:
     estate_tables: int = 5
     parse_databases: int = 100
     parse_tables: int = 10
+    # the aging phase (cdc_tooling/aging.py): generated runs per variant (auto compaction's
+    # fewer), tables of its project, their keys, the runs between two maintenance passes
+    aging_runs: int = 2000
+    aging_auto_runs: int = 300
+    aging_tables: int = 1
+    aging_keys: int = 20_000
+    aging_pass_every: int = 12
     phases: tuple[str, ...] = ("core", "events", "big", "many", "resident", "noop", "estate")
 
     def validate(self) -> None:
@@ -162,6 +176,10 @@ class BenchConfig:
                 or self.parse_tables < 1:
             raise UsageError(f"--estate-databases must be 2..99, --estate-tables 1..{LSN_STEP - 2}, the parse project's "
                              "databases and tables at least 1")
+        if self.aging_runs < 80 or self.aging_auto_runs < 0 or not 1 <= self.aging_tables <= 20 or self.aging_keys < 100 \
+                or self.aging_pass_every < 1:
+            raise UsageError("--aging-runs must be at least 80 (run 50 is compared with the last 20), --aging-tables "
+                             "1..20, --aging-keys at least 100, --aging-pass-every at least 1")
         unknown = set(self.phases) - set(PHASES)
         if unknown or not self.phases:
             raise UsageError(f"--phases takes some of {', '.join(PHASES)}; got {', '.join(sorted(unknown)) or 'none'}")
@@ -180,8 +198,9 @@ WARMUP_CHANGES = 20_000
 # resident: the resident runner (serve) on the many-tables project: nothing new, files arriving to
 # marts committed, a batch on every table, the soak;
 # noop: runs that find nothing new (in the session, a fresh process, a fresh process with nothing changed);
-# estate: several databases, as tenant tables and as distinct tables, against one database; a big project's parse
-PHASES = ("core", "events", "big", "many", "resident", "noop", "estate")
+# estate: several databases, as tenant tables and as distinct tables, against one database; a big project's parse;
+# aging: thousands of runs' commits with and without maintenance (cdc_tooling/aging.py; not in the default phases: hours)
+PHASES = ("core", "events", "big", "many", "resident", "noop", "estate", "aging")
 # the resident phases: how often the service polls the landing folder, and the soak's first measured run
 RESIDENT_POLL_SECONDS = 0.5
 SOAK_FIRST = 20
@@ -732,6 +751,7 @@ def run_bench(cfg: BenchConfig, project_dir: Path, progress=None) -> dict:
     phases: list[Phase] = []
     reference: dict = {}
     soak: dict = {}
+    aging: dict = {}
     with PeakMemory() as memory:
         spark = create_session(load_target(project, "local"), project)
         landed, batch_rows = {}, {}
@@ -806,6 +826,9 @@ def run_bench(cfg: BenchConfig, project_dir: Path, progress=None) -> dict:
             phases.append(_timed(progress, "no-op (in session)", 0, pipeline("1x")))
         if "estate" in cfg.phases:
             phases += estate_phases(spark, cfg, project_dir, work, progress)
+        if "aging" in cfg.phases:
+            aged, aging = aging_phases(spark, cfg, project_dir, work, progress)
+            phases += aged
         _stop_releasing_metastore(spark)
         if "noop" in cfg.phases:
             env = {**os.environ, "SQLSERVER_CDC_SCHEMA": "bench_1x"}
@@ -824,7 +847,7 @@ def run_bench(cfg: BenchConfig, project_dir: Path, progress=None) -> dict:
             phases.append(_timed(progress, "no-op (fresh process, unchanged)", 0,
                                  lambda: fresh_process("Spark not started"),
                                  "the same run again: nothing changed since the last run's record, no Spark"))
-    return _report(cfg, phases, memory.peak, changes, keys, batch, reference, soak)
+    return _report(cfg, phases, memory.peak, changes, keys, batch, reference, soak, aging)
 
 
 def many_tables_phases(spark, cfg: BenchConfig, project_dir: Path, work: Path, progress, soak: dict) -> list[Phase]:
@@ -890,6 +913,62 @@ def many_tables_phases(spark, cfg: BenchConfig, project_dir: Path, work: Path, p
         os.environ["SQLSERVER_CDC_SCHEMA"] = "bench_many"
         phases += resident_phases(spark, cfg, projects["many"], setups["many"][1], tables, two, arrive, progress, soak)
     return phases
+
+
+def aging_phases(spark, cfg, project_dir: Path, work: Path, progress) -> tuple[list, dict]:
+    """The aging phase (cdc_tooling/aging.py): its phases and the `aging` section of the report."""
+    from cdc_tooling.aging import SETTINGS, VARIANTS, Template, age, equal_commits
+    from runner.run.cli import run_pipeline
+    from runner.spark.profile import load_target
+
+    shape = BenchConfig(tables=cfg.aging_tables, columns=4, width=cfg.width, rows_per_transaction=1, seed=cfg.seed)
+    tables = declarations(shape)
+    project = bench_project(project_dir, work / "project_aging", tables, {"cdc_maintenance": SETTINGS})
+    landing = work / "landing_aging"
+    n, keys, b = cfg.aging_keys * 2, cfg.aging_keys, cfg.many_batch
+    progress.step(f"bench: aging: {len(tables)} table(s) x {n:,} changes over {keys:,} keys; then a real run of "
+                  f"{b} changes per table, the template of {cfg.aging_runs:,} generated runs per variant")
+    write_workload(spark, landing, tables, 0, n, keys, shape, "initial")
+    source = "bench_aging"
+    os.environ["SQLSERVER_CDC_SCHEMA"] = source
+    target = load_target(project, "local")
+    quiet = report.Progress(stream=io.StringIO())
+    phases = [_timed(progress, "aging: initial load", len(tables) * n,
+                     lambda: run_pipeline(project, target, landing, progress=quiet))]
+    write_workload(spark, landing, tables, n, n + b, keys, shape, "batch_template")
+    phases.append(_timed(progress, f"aging: a real run of {b} changes per table (the template)", len(tables) * b,
+                         lambda: run_pipeline(project, target, landing, progress=quiet)))
+    template = Template(spark, source, list(tables), keys)
+    real = {t: template.last_commits(t) for t in tables}
+    result: dict = {"runs": cfg.aging_runs, "auto_runs": cfg.aging_auto_runs, "pass_every": cfg.aging_pass_every,
+                    "tables": len(tables), "keys": keys, "batch": b, "variants": {}}
+    for variant in VARIANTS:
+        runs = cfg.aging_auto_runs if variant == "auto" else cfg.aging_runs
+        if runs <= 0:
+            continue
+        schema = f"aging_{variant}"
+        template.copy_to(schema)
+        progress.step(f"bench: aging: {variant}: {runs:,} generated runs")
+        started = time.perf_counter()
+        figures = age(spark, template, schema, runs, variant, project, target, cfg.aging_pass_every, progress)
+        phases.append(Phase(f"aging: {runs:,} generated runs ({variant})", time.perf_counter() - started,
+                            runs * len(tables) * b, _aging_summary(figures)))
+        if variant == "none":
+            figures["equal_commits"] = equal_commits(real, {t: template.last_commits(t, schema) for t in tables})
+        result["variants"][variant] = figures
+    marts = {v: template.marts(f"aging_{v}") for v in result["variants"]}
+    written = template.expected_current(cfg.aging_runs)
+    result["reference_equal"] = (all(m == marts.get("none") for v, m in marts.items() if v != "auto")
+                                 and all(template.current_values(f"aging_{v}") == written
+                                         for v in result["variants"] if v != "auto"))
+    os.environ["SQLSERVER_CDC_SCHEMA"] = source
+    return phases, result
+
+
+def _aging_summary(figures: dict) -> str:
+    cost = figures["run_seconds"]
+    return (f"a run's commits {cost['at_50']:.2f} s at run 50, {cost['at_end']:.2f} s at the end "
+            f"({cost['at_end'] / cost['at_50']:.2f}x); files per mart at the end up to {figures['max_mart_files']}")
 
 
 def estate_phases(spark, cfg: BenchConfig, project_dir: Path, work: Path, progress) -> list[Phase]:
@@ -1218,7 +1297,7 @@ def heap_growth(first: str, last: str, top: int = 12) -> list[tuple[str, int, in
 
 
 def _report(cfg: BenchConfig, phases: list[Phase], peak: int, changes: int, keys: int, batch: int,
-            reference: dict, soak: dict | None = None) -> dict:
+            reference: dict, soak: dict | None = None, aging: dict | None = None) -> dict:
     """The report: phases, the ratios of the phases that ran, the targets those ratios meet."""
     by = {p.phase: p.seconds for p in phases}
     big = f"{cfg.state_factor}x"
@@ -1272,6 +1351,15 @@ def _report(cfg: BenchConfig, phases: list[Phase], peak: int, changes: int, keys
     for name in ("heap_mib", "rss_mib", "open_files", "threads"):
         if soak and soak.get(name) and soak[name][0]:
             ratios[f"soak_{name.removesuffix('_mib')}_growth"] = soak[name][1] / soak[name][0]
+    kept = (aging or {}).get("variants", {}).get("maintained")
+    if kept:
+        ratios["aging_run_cost_growth"] = kept["run_seconds"]["at_end"] / kept["run_seconds"]["at_50"]
+        ratios["aging_disk_over_live"] = kept["disk"]["on_disk_over_live"]
+        ratios["aging_mart_files"] = kept["max_mart_files"]
+        # the longest maintenance of one table against a real run of its batch (the template run)
+        template = next((by[p] for p in by if p.startswith("aging: a real run of")), None)
+        if template:
+            ratios["aging_table_maintenance_over_run"] = kept["longest_table_maintenance"] / (template / aging["tables"])
     ratios = {k: v for k, v in ratios.items() if v is not None}
     fixed = by.get("no-op (in session)")  # a run's fixed cost: everything but the batch's work
     values = {**ratios, **seconds}
@@ -1292,6 +1380,7 @@ def _report(cfg: BenchConfig, phases: list[Phase], peak: int, changes: int, keys
         "seconds": {k: round(v, 3) for k, v in seconds.items()},
         "peak_memory_mib": round(peak / 2**20),
         **({"soak": soak} if soak else {}),
+        **({"aging": aging} if aging else {}),
         "targets": {name: {"value": round(values[name], 3), "target": limit, "met": values[name] <= limit}
                     for name, limit in TARGETS.items() if name in values},
     }

@@ -73,8 +73,17 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--estate-tables", type=int, default=defaults.estate_tables, help="tables per database there")
     bench.add_argument("--parse-project", default=f"{defaults.parse_databases}x{defaults.parse_tables}", metavar="DBxTABLES",
                        help="the databases and tables per database of the project whose parse is timed")
+    bench.add_argument("--aging-runs", type=int, default=defaults.aging_runs,
+                       help="generated runs per variant of the aging phase (cdc_tooling/aging.py)")
+    bench.add_argument("--aging-auto-runs", type=int, default=defaults.aging_auto_runs,
+                       help="generated runs with Delta's auto compaction (0: that variant left out)")
+    bench.add_argument("--aging-tables", type=int, default=defaults.aging_tables, help="tables of the aging phase's project")
+    bench.add_argument("--aging-keys", type=int, default=defaults.aging_keys, help="keys per table there")
+    bench.add_argument("--aging-pass-every", type=int, default=defaults.aging_pass_every,
+                       help="generated runs between two maintenance passes (12: hourly at five-minute runs)")
     bench.add_argument("--phases", nargs="+", default=list(defaults.phases), metavar="PHASE",
-                       help="the phases to run: core, events (needs core), big, many, resident, noop (default: all)")
+                       help="the phases to run: core, events (needs core), big, many, resident, noop, estate (default: "
+                            "those), aging (hours: cdc_tooling/aging.py)")
     bench.add_argument("--work-dir", type=Path, default=PROJECT_DIR / "bench/work", help="scratch folder (wiped)")
     bench.add_argument("--results-dir", type=Path, default=PROJECT_DIR / "bench/results")
     return parser
@@ -140,6 +149,8 @@ def _bench(args, progress) -> int:
         many_batch=args.many_batch, many_repeats=args.many_repeats, soak_runs=args.soak_runs, phases=tuple(args.phases),
         estate_databases=args.estate_databases, estate_tables=args.estate_tables,
         parse_databases=_dimensions(args.parse_project)[0], parse_tables=_dimensions(args.parse_project)[1],
+        aging_runs=args.aging_runs, aging_auto_runs=args.aging_auto_runs, aging_tables=args.aging_tables,
+        aging_keys=args.aging_keys, aging_pass_every=args.aging_pass_every,
     )
     result = bench.run_bench(cfg, args.project_dir, progress)
     bench.print_report(result)

@@ -39,17 +39,23 @@ def _session():
     from runner.spark.session import create_session
 
     session = create_session(load_target(PROJECT_DIR, "local"), PROJECT_DIR)
-    for key, value in INTERPRETED.items():
+    for key, value in TEST_CONF.items():
         session.conf.set(key, value)
     return session
 
 
-# Spark evaluates expressions without generating code in the tests' session and in the runner
-# processes tests/scenarios.py starts (faults, HDFS, Kafka): each of the suite's few hundred small
-# runs sends statements new to its process, whose generated classes Janino would compile first
-# (12-15% of a scenario). The cluster test's server and application and the benchmark keep the
-# profile's settings, and the cluster test compares their marts with this session's row for row.
-INTERPRETED = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
+# The tests' session and the runner processes tests/scenarios.py starts (faults, HDFS, Kafka) run
+# with two of Spark's optimizations off, which cost the suite's few hundred small runs more than
+# they give (docs/testing.md "Tiers"): generated code (each run sends statements new to its
+# process, whose classes Janino would compile first: 12-15% of a scenario) and adaptive query
+# execution (it plans each shuffle stage as a job of its own and re-optimizes between them: a
+# small run of two tables issued 243 jobs with it and 162 without, and took a tenth less). Spark
+# computes the same results either way; the cluster test's server and application and the
+# benchmark keep the profile's settings, and the cluster test compares their marts with this
+# session's row for row; tests/pipeline/test_session.py turns adaptive execution back on (its
+# query stages are what it tests).
+TEST_CONF = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+             "spark.sql.adaptive.enabled": "false"}
 
 
 @pytest.fixture(scope="session")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from cdc_simulator import landing_writer
 from cdc_simulator.tables import Column, TableSpec, tracked_tables
-from tests.conftest import INTERPRETED, PROJECT_DIR, Pipeline, copy_project
+from tests.conftest import PROJECT_DIR, TEST_CONF, Pipeline, copy_project
 
 # the change-table demo tables (the CES and Debezium demo tables have tests of their own)
 CHANGE_TABLES = [t for t in tracked_tables(PROJECT_DIR) if t.channel == "change_tables"]
@@ -79,8 +79,8 @@ class Warehouse:
     def start(self, *args: str, command: str = "run") -> subprocess.Popen:
         env = {**os.environ, "SQLSERVER_CDC_STATE_DIR": str(self.state), "SQLSERVER_CDC_SCHEMA": self.schema,
                "SQLSERVER_CDC_DRIVER_MEMORY": "2g",
-               # interpreted expressions, as in the tests' session (tests/conftest.py INTERPRETED)
-               "PYSPARK_SUBMIT_ARGS": " ".join(f"--conf {k}={v}" for k, v in INTERPRETED.items()) + " pyspark-shell"}
+               # the tests' session's settings (tests/conftest.py TEST_CONF)
+               "PYSPARK_SUBMIT_ARGS": " ".join(f"--conf {k}={v}" for k, v in TEST_CONF.items()) + " pyspark-shell"}
         return subprocess.Popen(
             [sys.executable, "-m", "runner", command, "--project-dir", str(self.project), "--landing", str(self.landing),
              *args], cwd=PROJECT_DIR, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

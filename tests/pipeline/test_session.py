@@ -51,9 +51,13 @@ def _pools(spark) -> list[tuple[str, int]]:
 
 @pytest.fixture(scope="module")
 def numbers(spark):
-    """t: 20,000 rows, k = id % 97, v = id (the issue's table)."""
+    """t: 20,000 rows, k = id % 97, v = id (the issue's table); adaptive query execution on, as the
+    profile has it (the tests' session turns it off: tests/conftest.py TEST_CONF), for its query
+    stages and their pool are part of what is tested."""
     spark.range(20000).selectExpr("id % 97 as k", "id as v").createOrReplaceTempView("pool_t")
+    spark.conf.set("spark.sql.adaptive.enabled", "true")
     yield "pool_t"
+    spark.conf.set("spark.sql.adaptive.enabled", "false")
     spark.catalog.dropTempView("pool_t")
 
 
