@@ -4,8 +4,8 @@ set-up), and the runner lock's rules (holder named, --wait, a killed holder's lo
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
