@@ -5,7 +5,8 @@
 #   make test   - create .venv, install, fetch the tests' jars too (Kafka broker, HDFS mini-cluster),
 #                 run linters, dbt docs generate and every test but the service tier (what CI runs)
 #   make test-services - the service tier: the tests that start a service of their own (a Spark
-#                 cluster, a Kafka broker, HDFS, an S3 server), 40-50 minutes on two cores
+#                 cluster, a Kafka broker, HDFS, an S3 server) and the set-up test (a new virtual
+#                 environment and a cold first demo), about 50 minutes on two cores
 #   make test-all - both
 #   make test-fast - the fast tier after an edit: ruff and the tests that start no service and no
 #                 runner process and run no multi-run scenario (docs/testing.md "Tiers")
@@ -45,12 +46,12 @@ test-jars: $(STAMP)
 	$(PY) -m runner.spark.jars --tests
 
 test: check-java $(STAMP) test-jars lint
-	$(PY) -m pytest -m "not service"
+	$(PY) -m pytest -m "not service and not setup"
 
-# the tests that start a service of their own (docs/testing.md "Tiers"): before a release, and
-# after a change to the targets, Kafka or remote landing
+# the tests that start a service of their own and the set-up test (docs/testing.md "Tiers"):
+# before a release, and after a change to the targets, Kafka, remote landing or the set-up
 test-services: check-java $(STAMP) test-jars
-	$(PY) -m pytest -m service
+	$(PY) -m pytest -m "service or setup"
 
 test-all: check-java $(STAMP) test-jars lint
 	$(PY) -m pytest

@@ -36,6 +36,7 @@ def test_the_rule_tells_our_lines_from_others():
 
 
 @pytest.mark.processes
+@pytest.mark.setup
 def test_set_up_and_a_first_demo_print_no_line_but_the_runners(tmp_path):
     project = copy_project(tmp_path / "clone", {})  # what a clone holds
     venv = tmp_path / "venv"
