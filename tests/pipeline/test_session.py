@@ -55,9 +55,10 @@ def numbers(spark):
     profile has it (the tests' session turns it off: tests/conftest.py TEST_CONF), for its query
     stages and their pool are part of what is tested."""
     spark.range(20000).selectExpr("id % 97 as k", "id as v").createOrReplaceTempView("pool_t")
+    before = spark.conf.get("spark.sql.adaptive.enabled")
     spark.conf.set("spark.sql.adaptive.enabled", "true")
     yield "pool_t"
-    spark.conf.set("spark.sql.adaptive.enabled", "false")
+    spark.conf.set("spark.sql.adaptive.enabled", before)
     spark.catalog.dropTempView("pool_t")
 
 
