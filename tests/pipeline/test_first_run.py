@@ -6,12 +6,17 @@ suite's: not reinstalled) and one demo in a cold runner process, about 90 s."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import re
 import subprocess
 import sys
+import textwrap
 
 import pytest
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from runner.spark import jars
 from tests.conftest import copy_project
@@ -58,3 +63,56 @@ def test_set_up_and_a_first_demo_print_no_line_but_the_runners(tmp_path):
     assert _strangers(output) == [], output[-3000:]
     assert not [line for line in output.splitlines() if ALARMING.search(line)], output[-3000:]
     assert "demo done" in output and "| customers " in output
+
+
+def _closure(requirements: list[Requirement]) -> set[str]:
+    """The distributions these requirements install, their dependencies' with them (as installed here)."""
+    seen: set[str] = set()
+    todo = list(requirements)
+    while todo:
+        requirement = todo.pop()
+        if canonicalize_name(requirement.name) in seen:
+            continue
+        seen.add(canonicalize_name(requirement.name))
+        try:
+            needs = importlib.metadata.requires(requirement.name) or []
+        except importlib.metadata.PackageNotFoundError:  # an optional platform package
+            continue
+        for need in map(Requirement, needs):
+            if need.marker is None or any(need.marker.evaluate({"extra": extra})
+                                          for extra in requirement.extras or {""}):
+                todo.append(need)
+    return seen
+
+
+def test_make_demos_install_imports_every_module_of_the_package():
+    """`make demo` installs this package without its `dev` extra (the Makefile's two stamps): every
+    module of runner, cdc_simulator and cdc_tooling must import with the dev extra's own
+    distributions (pytest, moto, Kafka's client, Spark Connect's gRPC, pandas ...) absent. Runs in
+    a subprocess that refuses to import them; about a second."""
+    own = [Requirement(line) for line in importlib.metadata.requires("sqlserver-cdc")]
+    runtime = _closure([r for r in own if r.marker is None])
+    dev_only = _closure([r for r in own if r.marker is not None and r.marker.evaluate({"extra": "dev"})]) - runtime
+    assert {"pytest", "moto", "kafka-python", "grpcio"} <= dev_only  # the rule sees the dev extra
+    blocked = sorted(module for module, dists in importlib.metadata.packages_distributions().items()
+                     if all(canonicalize_name(d) in dev_only for d in dists))
+    script = textwrap.dedent(f"""
+        import importlib, importlib.abc, pkgutil, sys
+        BLOCKED = set({blocked!r})
+        class Refuse(importlib.abc.MetaPathFinder):
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] in BLOCKED:
+                    raise ImportError(f"{{name}} is not installed by make demo (the dev extra)")
+        sys.meta_path.insert(0, Refuse())
+        names = []
+        for package in ("runner", "cdc_simulator", "cdc_tooling"):
+            module = importlib.import_module(package)
+            names += [m.name for m in pkgutil.walk_packages(module.__path__, package + ".")
+                      if not m.name.endswith("__main__")]
+        for name in names:
+            importlib.import_module(name)
+        print(len(names))
+    """)
+    imported = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=False, timeout=300)
+    assert imported.returncode == 0, imported.stderr[-3000:]
+    assert int(imported.stdout.split()[-1]) >= 30  # runner's, the simulator's and the tooling's modules
