@@ -121,7 +121,8 @@ def main(argv: list[str] | None = None) -> int:
             sources = demo_data.kafka_sources(args.kafka, args.project_dir)
         run = ["run", "--project-dir", str(args.project_dir), "--landing", str(landing_dir), "--wait", str(args.wait),
                *(["--verbose"] if args.verbose else [])]
-        code = runner_cli.main(run + (["--target", args.target] if args.target else []), kafka_sources=sources)
+        code = runner_cli.main(run + (["--target", args.target] if args.target else []), kafka_sources=sources,
+                               clock=progress.started)
         if code == EXIT_OK:
             progress.step("demo done: query the marts, e.g. `select * from cdc.customers_current`")
         return code

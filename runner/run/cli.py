@@ -382,10 +382,13 @@ def _landing_dir(args) -> Path | str:
     return open_folder(args.landing or args.project_dir / "landing").root
 
 
-def main(argv: list[str] | None = None, kafka_sources: list | None = None) -> int:
-    """The command line; `kafka_sources` replaces the project's (the demo's, cdc_tooling)."""
+def main(argv: list[str] | None = None, kafka_sources: list | None = None, clock: float | None = None) -> int:
+    """The command line; `kafka_sources` replaces the project's and `clock` (time.monotonic()) is
+    when the progress lines' elapsed time starts (the demo's, cdc_tooling: one clock for its lines)."""
     args = _parser().parse_args(argv)
     progress = report.Progress(dbt_nodes=getattr(args, "verbose", False))
+    if clock is not None:
+        progress.started = clock
     try:
         args.project_dir = args.project_dir.resolve()
         if args.command == "scaffold":

@@ -14,7 +14,6 @@ import sys
 import textwrap
 
 import pytest
-
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
