@@ -50,7 +50,7 @@ docs: check-java $(STAMP)
 
 # the jars only the tests use (the Kafka broker's, the HDFS mini-cluster's): fetched once, after
 # which this is a check without network
-test-jars: $(DEV_STAMP)
+test-jars: $(STAMP)
 	$(PY) -m runner.spark.jars --tests
 
 test: check-java $(DEV_STAMP) test-jars lint

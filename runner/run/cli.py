@@ -386,9 +386,7 @@ def main(argv: list[str] | None = None, kafka_sources: list | None = None, clock
     """The command line; `kafka_sources` replaces the project's and `clock` (time.monotonic()) is
     when the progress lines' elapsed time starts (the demo's, cdc_tooling: one clock for its lines)."""
     args = _parser().parse_args(argv)
-    progress = report.Progress(dbt_nodes=getattr(args, "verbose", False))
-    if clock is not None:
-        progress.started = clock
+    progress = report.Progress(dbt_nodes=getattr(args, "verbose", False), started=clock)
     try:
         args.project_dir = args.project_dir.resolve()
         if args.command == "scaffold":

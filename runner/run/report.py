@@ -16,11 +16,12 @@ from runner.sources import landing
 class Progress:
     """The progress lines; the last is also what the current run is doing (`activity`)."""
 
-    def __init__(self, stream=None, dbt_nodes: bool = False):
+    def __init__(self, stream=None, dbt_nodes: bool = False, started: float | None = None):
         self.stream = stream  # default: sys.stdout when a step is printed (whatever it is then)
         # whether dbt prints its line per node too (--verbose); otherwise only its errors
         self.dbt_nodes = dbt_nodes
-        self.started = time.monotonic()
+        # time.monotonic() the steps' elapsed seconds count from (a caller's, for one clock)
+        self.started = time.monotonic() if started is None else started
         self.activity = Activity()
 
     def step(self, message: str) -> None:
