@@ -13,8 +13,9 @@ open versions closed, a new version each: a deletion vector on the file holding 
 file), the current-state mart's MERGE (the keys updated: a deletion vector and a new file); then
 the run ledger's append and the watermark table's rewrite (its staging watermarks moved to the
 generated batch, so the raw retention takes in what a run would let it). `equal_commits`
-compares each commit's Delta operation metrics (files and deletion vectors added and removed,
-rows) with the real run's: the report says whether they are equal.
+compares each commit of generated run 1 (on the template's copy, so on the same table as the real
+run's) on its Delta operation metrics (files and deletion vectors added and removed, rows) with
+the real run's: the report says whether they are equal.
 
 Variants, each on a copy of the same warehouse (a schema of its own):
 - `none`: `aging_runs` generated runs, no maintenance;
@@ -119,14 +120,24 @@ class Template:
                 f"where id in ({key_list})) as s on c.id = s.id when matched then update set *")
 
     def _history_merge(self, schema: str, t: str, keys: list[int], lsn: str, run: int) -> str:
+        """The history MERGE: each touched key's open version closed and a new one opened, from one
+        select of each open version twice (a union of two selects would be two write tasks, so two
+        files where the real MERGE writes one)."""
         columns = self.columns[f"{t}_history"]
         closed = {"valid_to_lsn": f"'{lsn}'", "valid_to": "current_timestamp()", "is_current": "false"}
         opened = {"c1": str(run), "valid_from_lsn": f"'{lsn}'", "valid_from": "current_timestamp()",
                   "valid_to_lsn": "cast(null as string)", "valid_to": "cast(null as timestamp)", "is_current": "true",
                   "operation": "'update'"}
-        source = f"from {schema}.{t}_history where is_current and id in ({', '.join(str(k) for k in keys)})"
-        select = [f"select {', '.join(f'{v[c]} as {c}' if c in v else c for c in columns)} {source}" for v in (closed, opened)]
-        return (f"merge into {schema}.{t}_history as h using ({select[0]} union all {select[1]}) as s "
+
+        def column(c: str) -> str:
+            if c not in closed and c not in opened:
+                return c
+            return (f"case when opened then {opened.get(c, c)} else {closed.get(c, c)} end as {c}")
+
+        source = (f"select {', '.join(column(c) for c in columns)} from {schema}.{t}_history "
+                  f"lateral view explode(array(false, true)) sides as opened "
+                  f"where is_current and id in ({', '.join(str(k) for k in keys)})")
+        return (f"merge into {schema}.{t}_history as h using ({source}) as s "
                 "on h.id = s.id and h.valid_from_lsn = s.valid_from_lsn when matched then update set * "
                 "when not matched then insert *")
 
@@ -197,12 +208,15 @@ def age(spark, template: Template, schema: str, runs: int, variant: str, project
     dbt = Dbt(project, target.name, {"cdc_raw_schema": f"{schema}_raw"}) if variant == "maintained" else None
     quiet = report.Progress(stream=io.StringIO())
     files_at: dict[int, dict[str, int]] = {}
+    first: dict[str, dict] = {}
     try:
         for run in range(1, runs + 1):
             started = time.perf_counter()
             for _, statement in template.statements(schema, run):
                 spark.sql(statement).collect()
             seconds.append(time.perf_counter() - started)
+            if run == 1:  # what equal_commits compares with the real run's (before any maintenance)
+                first = {t: template.last_commits(t, schema) for t in template.tables}
             if dbt is not None and run % pass_every == 0:
                 clock = time.perf_counter()
                 done = run_pass(dbt, project, f"{schema}_raw", quiet).done
@@ -223,7 +237,7 @@ def age(spark, template: Template, schema: str, runs: int, variant: str, project
         "run_seconds": {"at_50": at_50[len(at_50) // 2], "at_end": at_end[len(at_end) // 2], "max": max(seconds),
                         "p95": sorted(seconds)[int(len(seconds) * 0.95)]},
         "files_at_50": files_at.get(MEASURED[1]), "files_at_end": files_at[runs], "max_mart_files": max(marts.values()),
-        "disk": disk, "passes": len(passes), "pass_seconds_max": max(passes, default=0.0),
+        "first_commits": first, "disk": disk, "passes": len(passes), "pass_seconds_max": max(passes, default=0.0),
         "pass_seconds_median": sorted(passes)[len(passes) // 2] if passes else 0.0, "longest_table_maintenance": longest,
     }
 
@@ -235,17 +249,42 @@ def _files(spark, template: Template, schema: str) -> dict[str, int]:
 
 def _disk(spark, template: Template, schema: str) -> dict[str, int]:
     """Live bytes (DESCRIBE DETAIL) against the bytes on disk: data files and deletion vectors, and
-    the Delta log."""
-    live = data = log = 0
+    the Delta log; and the log once its retention has passed (`log_bytes_kept`, log_kept)."""
+    live = data = log = kept = versions = versioned = 0
     for relation in template.relations(schema):
         detail = spark.sql(f"describe detail {relation}").collect()[0]
         live += detail["sizeInBytes"]
         root = Path(detail["location"].removeprefix("file:"))
         for p in root.rglob("*"):
-            if p.is_file():
-                if "_delta_log" in p.parts:
-                    log += p.stat().st_size
-                elif not p.name.startswith("."):
-                    data += p.stat().st_size
-    return {"live_bytes": live, "data_bytes_on_disk": data, "log_bytes": log,
-            "on_disk_over_live": round((data + log) / live, 2) if live else None}
+            if p.is_file() and "_delta_log" not in p.parts and not p.name.startswith("."):
+                data += p.stat().st_size
+        found = log_kept(root / "_delta_log")
+        log, kept = log + found["bytes"], kept + found["kept"]
+        versions, versioned = versions + found["versions"], versioned + found["commit_bytes"]
+    return {"live_bytes": live, "data_bytes_on_disk": data, "log_bytes": log, "log_bytes_kept": kept,
+            "log_bytes_per_commit": round(versioned / versions) if versions else None,
+            "on_disk_over_live": round((data + log) / live, 2) if live else None,
+            "on_disk_over_live_after_retention": round((data + kept) / live, 2) if live else None}
+
+
+def log_kept(log: Path) -> dict[str, int]:
+    """A Delta log's bytes, and those its cleanup keeps once the log's retention has passed: Delta
+    deletes, when it writes a checkpoint, the commits and checkpoints older than both the retention
+    (rounded down to the day) and the newest checkpoint before it; once every commit is older than
+    the retention, what is left is the newest checkpoint, the commits after it and the files that
+    are no commit (`_last_checkpoint`). The aging phase's maintenance sets a retention of 0 (the
+    log's with it, runner/run/maintenance.py wanted_properties), so this is its log on the next day.
+    commit_bytes / versions: a commit's bytes (its JSON and checksum) on average."""
+    files = [p for p in log.rglob("*") if p.is_file()]
+
+    def version(p: Path) -> int | None:
+        head = p.name.split(".", 1)[0]
+        return int(head) if head.isdigit() and len(head) == 20 else None
+
+    checkpoints = [version(p) for p in files if ".checkpoint" in p.name and version(p) is not None]
+    newest = max(checkpoints, default=0)
+    size = {p: p.stat().st_size for p in files}
+    commits = [p for p in files if p.suffix in (".json", ".crc") and version(p) is not None and p.parent == log]
+    return {"bytes": sum(size.values()),
+            "kept": sum(n for p, n in size.items() if version(p) is None or version(p) >= newest),
+            "versions": len({version(p) for p in commits}), "commit_bytes": sum(size[p] for p in commits)}

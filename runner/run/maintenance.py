@@ -9,9 +9,11 @@ per table (`plan_table`):
 
 - the retention properties: `delta.deletedFileRetentionDuration` is the retention users choose
   (var cdc_maintenance.retention_hours, Delta's 7 days by default). VACUUM keeps removed files
-  that long, and Delta refuses time travel to a version older than it, naming the property; a
-  retention past Delta's log retention (30 days) raises `delta.logRetentionDuration` with it,
-  which Delta requires;
+  that long, and Delta refuses time travel to a version older than it, naming the property.
+  `delta.logRetentionDuration` is set to the same: a version older than the files kept cannot be
+  read, so the log need not keep it, and Delta's 30 days of commits are most of a small table's
+  bytes at five-minute runs (docs/performance.md "Maintenance"); Delta requires the log's
+  retention to be at least the files';
 - compaction (`OPTIMIZE`): when the table holds `compact_after_files` more files than it did after
   its last compaction (a table never compacted: that many files). OPTIMIZE bin-packs the small
   files and rewrites those whose deletion vectors hide more than Delta's 5% of their rows, so it
@@ -35,9 +37,8 @@ from datetime import datetime, timedelta, timezone
 
 from runner.run.plan import BATCH_STAMP, EVENT_MODELS, METADATA_MODELS
 
-# Delta's defaults: a VACUUM keeps removed files 7 days, the log keeps commits 30 days
+# Delta's default: a VACUUM keeps removed files 7 days (the log's 30 days become the same, wanted_properties)
 DELTA_FILE_RETENTION_HOURS = 168.0
-DELTA_LOG_RETENTION_HOURS = 720.0
 RETENTION = "delta.deletedFileRetentionDuration"
 LOG_RETENTION = "delta.logRetentionDuration"
 # landing kinds of the raw table that record what landed (runner/sources/landing.py, kafka.py):
@@ -124,14 +125,9 @@ def hours_of(value: str | None) -> float | None:
 
 def wanted_properties(settings: Settings, properties: dict[str, str]) -> dict[str, str]:
     """The retention properties to set on a table (those that differ from what it has): the file
-    retention the settings give, and a log retention at least that long."""
-    wanted = {}
-    if hours_of(properties.get(RETENTION)) != settings.retention_hours:
-        wanted[RETENTION] = interval(settings.retention_hours)
-    log = hours_of(properties.get(LOG_RETENTION)) or DELTA_LOG_RETENTION_HOURS
-    if log < settings.retention_hours:
-        wanted[LOG_RETENTION] = interval(settings.retention_hours)
-    return wanted
+    retention the settings give, and the log's retention equal to it."""
+    return {key: interval(settings.retention_hours) for key in (RETENTION, LOG_RETENTION)
+            if hours_of(properties.get(key)) != settings.retention_hours}
 
 
 def plan_table(state: TableState, settings: Settings, now: datetime, raw: RawCut | None = None) -> Task:

@@ -40,7 +40,7 @@ from tests.expected import check_marts
 from tests.scenarios import CHANGE_TABLES, land_changes
 
 NOW = datetime(2026, 12, 1, 12, 0, 0)
-SET = {RETENTION: "interval 168 hours"}
+SET = {RETENTION: "interval 168 hours", LOG_RETENTION: "interval 168 hours"}
 
 
 def state(files=3, modified="m1", last=None, kind="mart", properties=SET, relation="cdc.customers_current"):
@@ -53,15 +53,21 @@ def last(**given):
     return Last(**{**fields, **given})
 
 
-def test_retention_properties_are_set_once_and_a_long_retention_raises_the_log_retention_with_it():
-    assert wanted_properties(Settings(), {}) == {RETENTION: "interval 168 hours"}
-    assert wanted_properties(Settings(), {RETENTION: "interval 7 days"}) == {}  # Delta's own form of the same
-    assert wanted_properties(Settings(retention_hours=24), SET) == {RETENTION: "interval 24 hours"}
-    # Delta refuses a VACUUM whose file retention outlasts the log's (30 days by default)
+def test_retention_properties_are_set_once_and_the_log_keeps_what_the_files_keep():
+    both = {RETENTION: "interval 168 hours", LOG_RETENTION: "interval 168 hours"}
+    assert wanted_properties(Settings(), {}) == both
+    # Delta's own forms of the same: nothing to set
+    assert wanted_properties(Settings(), {RETENTION: "interval 7 days", LOG_RETENTION: "interval 1 week"}) == {}
+    # Delta's 30 days of log come down to the retention (a version older than its files is unreadable)
+    assert wanted_properties(Settings(), {RETENTION: "interval 7 days", LOG_RETENTION: "interval 30 days"}) == {
+        LOG_RETENTION: "interval 168 hours"}
+    assert wanted_properties(Settings(retention_hours=24), SET) == {RETENTION: "interval 24 hours",
+                                                                    LOG_RETENTION: "interval 24 hours"}
+    # a retention past Delta's 30 days raises the log's with it (Delta refuses a VACUUM otherwise)
     assert wanted_properties(Settings(retention_hours=1000), {}) == {RETENTION: "interval 1000 hours",
                                                                     LOG_RETENTION: "interval 1000 hours"}
     assert wanted_properties(Settings(retention_hours=1000), {RETENTION: "interval 1000 hours",
-                                                              LOG_RETENTION: "interval 60 days"}) == {}
+                                                              LOG_RETENTION: "1000 hours"}) == {}
     assert hours_of("interval 1 week") == 168 and hours_of("2 days 12 hours") == 60 and hours_of("soon") is None
     assert hours_of(None) is None and hours_of("interval 30 minutes") == 0.5
 

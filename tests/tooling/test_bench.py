@@ -294,3 +294,27 @@ Total: reserved=7340032KB, committed=3774873KB
     assert native_memory_summary(text) == {"nmt_total": 3686, "nmt_java_heap": 2765, "nmt_thread": 80,
                                            "nmt_arena_chunk": 30}
     assert native_memory_summary("12345:\nNative memory tracking is not enabled\n") == {}
+
+
+def test_the_aging_phase_counts_the_log_its_cleanup_keeps_once_the_retention_has_passed(tmp_path):
+    """log_kept: what Delta's log cleanup leaves once every commit is older than the log's retention:
+    the newest checkpoint, the commits after it and the files that are no commit; the older commits
+    and checkpoints go. A log without a checkpoint keeps everything."""
+    from cdc_tooling.aging import log_kept
+
+    log = tmp_path / "_delta_log"
+    log.mkdir()
+    sizes = {}
+    for v in range(25):
+        sizes[f"{v:020d}.json"], sizes[f"{v:020d}.crc"] = 100, 1000
+    sizes[f"{10:020d}.checkpoint.parquet"] = sizes[f"{20:020d}.checkpoint.parquet"] = 5000
+    sizes["_last_checkpoint"] = 7
+    for name, n in sizes.items():
+        (log / name).write_bytes(b"x" * n)
+    found = log_kept(log)
+    assert found["bytes"] == 25 * 1100 + 2 * 5000 + 7
+    assert found["kept"] == 5 * 1100 + 5000 + 7  # versions 20-24, checkpoint 20, _last_checkpoint
+    assert found["versions"] == 25 and found["commit_bytes"] == 25 * 1100
+    for name in [n for n in sizes if "checkpoint." in n]:
+        (log / name).unlink()
+    assert log_kept(log)["kept"] == 25 * 1100 + 7
