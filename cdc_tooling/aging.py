@@ -58,9 +58,19 @@ class Template:
                         for name in ["stg_cdc_metadata__lsn_time_mapping",
                                      *(n for t in tables for n in (f"stg_change_tables__{t}", f"{t}_history", f"{t}_current"))]}
         self.ledger_columns = spark.table(f"{source}.cdc_runs").columns
+        # the files the real run's raw append wrote: one per landed file, one for the landed-file records
+        self.raw_files = spark.sql(f"select count(distinct case when landing_kind = 'landed_files' then '' else "
+                                   f"_source_file end) from {raw} where _batch_id = '{self.batch}'").collect()[0][0]
         # keys alive at the start, every one touched in turn
         self.live = [r[0] for r in spark.sql(f"select id from {source}.{tables[0]}_current where not is_deleted "
                                              "order by id").collect()]
+
+    def touched(self, run: int) -> list[int]:
+        """The 10 keys run `run` updates: one in each tenth of the live keys, as a batch's random keys
+        fall in every file of the table (keys side by side would all fall in one), a key no earlier
+        run touched until the runs pass a tenth of the keys."""
+        step = max(len(self.live) // 10, 1)
+        return [self.live[(run + i * step) % len(self.live)] for i in range(10)]
 
     def relations(self, schema: str) -> list[str]:
         names = ["cdc_runs", "cdc_watermarks", "stg_cdc_metadata__lsn_time_mapping", "stg_cdc_metadata__change_tables",
@@ -79,19 +89,26 @@ class Template:
             origin = f"{self.source}_raw.landed_rows" if relation.endswith("_raw.landed_rows") else f"{self.source}.{name}"
             dv = " tblproperties (delta.enableDeletionVectors = true)" if name.endswith(("_history", "_current")) else ""
             parts = " partitioned by (landing_kind, entity)" if name == "landed_rows" else ""
-            self.spark.sql(f"create table {relation} using delta{parts}{dv} as select * from {origin}")
+            # as many files as the origin (rows dealt round robin, as a batch's random keys fall in
+            # every file), so that a generated run's MERGEs touch as many files as the real run's
+            files = max(self.spark.sql(f"describe detail {origin}").collect()[0]["numFiles"], 1)
+            spread = f"/*+ REPARTITION({files}) */ " if not parts else ""
+            self.spark.sql(f"create table {relation} using delta{parts}{dv} as select {spread}* from {origin}")
 
     def statements(self, schema: str, run: int) -> list[tuple[str, str]]:
         """A generated run's commits, in a run's order: (table, statement)."""
         batch = f"{self.batch[:8]}T99{run:016d}Z-aging"  # above every real batch, in run order
         lsn = f"{self.lsn + 64 * run:020X}"
-        keys = [self.live[(run * 10 + i) % len(self.live)] for i in range(10)]
+        keys = self.touched(run)
         key_list = ", ".join(str(k) for k in keys)
         raw = f"{schema}_raw.landed_rows"
-        # the batch's landed rows (changes, lsn_time_mapping rows, landed-file records) in one append
-        found = [(raw, (f"insert into {raw} select row_values, raw_text, concat(_source_file, '#{run}'), _source_size, "
+        # the batch's landed rows (changes, lsn_time_mapping rows, landed-file records) in one append,
+        # a file for each landed file's rows and one for the records, as landing writes them
+        group = "case when landing_kind = 'landed_files' then '' else _source_file end as landed_file"
+        found = [(raw, (f"insert into {raw} select /*+ REPARTITION_BY_RANGE({self.raw_files}, landed_file) */ "
+                       f"row_values, raw_text, concat(_source_file, '#{run}'), _source_size, "
                        f"_source_modified_ms, '{batch}', current_timestamp(), landing_kind, entity, source_database "
-                       f"from {raw} where _batch_id = '{self.batch}'"))]
+                       f"from (select *, {group} from {raw} where _batch_id = '{self.batch}')"))]
         mapping = "stg_cdc_metadata__lsn_time_mapping"
         found.append((mapping, self._append(schema, mapping, batch)))
         for t in self.tables:
@@ -116,13 +133,14 @@ class Template:
     def _current_merge(self, schema: str, t: str, key_list: str, lsn: str, run: int) -> str:
         values = {"c1": str(run), "commit_lsn": f"'{lsn}'", "commit_time": "current_timestamp()", "operation": "'update'"}
         cols = ", ".join(f"{values[c]} as {c}" if c in values else c for c in self.columns[f"{t}_current"])
-        return (f"merge into {schema}.{t}_current as c using (select {cols} from {schema}.{t}_current "
+        return (f"merge into {schema}.{t}_current as c using (select /*+ COALESCE(1) */ {cols} from {schema}.{t}_current "
                 f"where id in ({key_list})) as s on c.id = s.id when matched then update set *")
 
     def _history_merge(self, schema: str, t: str, keys: list[int], lsn: str, run: int) -> str:
         """The history MERGE: each touched key's open version closed and a new one opened, from one
-        select of each open version twice (a union of two selects would be two write tasks, so two
-        files where the real MERGE writes one)."""
+        select of each open version twice, in one partition as the real MERGE's source (a union of
+        two selects, or the scan of two files, would be two write tasks: two files where the real
+        MERGE writes one)."""
         columns = self.columns[f"{t}_history"]
         closed = {"valid_to_lsn": f"'{lsn}'", "valid_to": "current_timestamp()", "is_current": "false"}
         opened = {"c1": str(run), "valid_from_lsn": f"'{lsn}'", "valid_from": "current_timestamp()",
@@ -134,7 +152,7 @@ class Template:
                 return c
             return (f"case when opened then {opened.get(c, c)} else {closed.get(c, c)} end as {c}")
 
-        source = (f"select {', '.join(column(c) for c in columns)} from {schema}.{t}_history "
+        source = (f"select /*+ COALESCE(1) */ {', '.join(column(c) for c in columns)} from {schema}.{t}_history "
                   f"lateral view explode(array(false, true)) sides as opened "
                   f"where is_current and id in ({', '.join(str(k) for k in keys)})")
         return (f"merge into {schema}.{t}_history as h using ({source}) as s "
@@ -170,8 +188,8 @@ class Template:
         number of the last run that touched it, the others their value at the start."""
         values = self.current_values(self.source)
         for run in range(1, runs + 1):
-            for i in range(10):
-                values[self.live[(run * 10 + i) % len(self.live)]] = str(run)
+            for key in self.touched(run):
+                values[key] = str(run)
         return values
 
 
