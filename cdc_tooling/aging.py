@@ -42,6 +42,8 @@ from runner.run import report
 VARIANTS = ("none", "maintained", "auto")
 MEASURED = (41, 60)  # runs whose median is "at run 50"
 LAST = 20  # the last runs whose median is "at the end"
+# the file of the raw table a landed row's run writes it to: one per landed file, one for the records
+LANDED_FILE = "case when landing_kind = 'landed_files' then '' else _source_file end"
 SETTINGS = {"compact_after_files": 32, "retention_hours": 0, "vacuum_every_hours": 0.0001,
             "raw_retention_days": 0.00001, "overdue_hours": 1000}
 
@@ -59,8 +61,8 @@ class Template:
                                      *(n for t in tables for n in (f"stg_change_tables__{t}", f"{t}_history", f"{t}_current"))]}
         self.ledger_columns = spark.table(f"{source}.cdc_runs").columns
         # the files the real run's raw append wrote: one per landed file, one for the landed-file records
-        self.raw_files = spark.sql(f"select count(distinct case when landing_kind = 'landed_files' then '' else "
-                                   f"_source_file end) from {raw} where _batch_id = '{self.batch}'").collect()[0][0]
+        self.raw_files = spark.sql(f"select count(distinct {LANDED_FILE}) from {raw} "
+                                   f"where _batch_id = '{self.batch}'").collect()[0][0]
         # keys alive at the start, every one touched in turn
         self.live = [r[0] for r in spark.sql(f"select id from {source}.{tables[0]}_current where not is_deleted "
                                              "order by id").collect()]
@@ -89,32 +91,31 @@ class Template:
             origin = f"{self.source}_raw.landed_rows" if relation.endswith("_raw.landed_rows") else f"{self.source}.{name}"
             dv = " tblproperties (delta.enableDeletionVectors = true)" if name.endswith(("_history", "_current")) else ""
             parts = " partitioned by (landing_kind, entity)" if name == "landed_rows" else ""
-            # as many files as the origin (rows dealt round robin, as a batch's random keys fall in
-            # every file), so that a generated run's MERGEs touch as many files as the real run's
-            files = max(self.spark.sql(f"describe detail {origin}").collect()[0]["numFiles"], 1)
-            spread = f"/*+ REPARTITION({files}) */ " if not parts else ""
+            # a mart in as many files as the origin (rows dealt round robin, as a batch's random keys
+            # fall in every file), so that a generated run's MERGEs touch as many files as the real run's
+            spread = ""
+            if dv:
+                spread = f"/*+ REPARTITION({self.spark.sql(f'describe detail {origin}').collect()[0]['numFiles']}) */ "
             self.spark.sql(f"create table {relation} using delta{parts}{dv} as select {spread}* from {origin}")
 
     def statements(self, schema: str, run: int) -> list[tuple[str, str]]:
         """A generated run's commits, in a run's order: (table, statement)."""
         batch = f"{self.batch[:8]}T99{run:016d}Z-aging"  # above every real batch, in run order
         lsn = f"{self.lsn + 64 * run:020X}"
-        keys = self.touched(run)
-        key_list = ", ".join(str(k) for k in keys)
+        key_list = ", ".join(str(k) for k in self.touched(run))
         raw = f"{schema}_raw.landed_rows"
         # the batch's landed rows (changes, lsn_time_mapping rows, landed-file records) in one append,
         # a file for each landed file's rows and one for the records, as landing writes them
-        group = "case when landing_kind = 'landed_files' then '' else _source_file end as landed_file"
         found = [(raw, (f"insert into {raw} select /*+ REPARTITION_BY_RANGE({self.raw_files}, landed_file) */ "
                        f"row_values, raw_text, concat(_source_file, '#{run}'), _source_size, "
                        f"_source_modified_ms, '{batch}', current_timestamp(), landing_kind, entity, source_database "
-                       f"from (select *, {group} from {raw} where _batch_id = '{self.batch}')"))]
+                       f"from (select *, {LANDED_FILE} as landed_file from {raw} where _batch_id = '{self.batch}')"))]
         mapping = "stg_cdc_metadata__lsn_time_mapping"
         found.append((mapping, self._append(schema, mapping, batch)))
         for t in self.tables:
             staging = f"stg_change_tables__{t}"
             found.append((staging, self._append(schema, staging, batch)))
-            found.append((f"{t}_history", self._history_merge(schema, t, keys, lsn, run)))
+            found.append((f"{t}_history", self._history_merge(schema, t, key_list, lsn, run)))
             found.append((f"{t}_current", self._current_merge(schema, t, key_list, lsn, run)))
         ledger = ", ".join(f"'{batch}' as run_id" if c == "run_id" else c for c in self.ledger_columns)
         found.append(("cdc_runs", (f"insert into {schema}.cdc_runs select {ledger} from {schema}.cdc_runs "
@@ -136,7 +137,7 @@ class Template:
         return (f"merge into {schema}.{t}_current as c using (select /*+ COALESCE(1) */ {cols} from {schema}.{t}_current "
                 f"where id in ({key_list})) as s on c.id = s.id when matched then update set *")
 
-    def _history_merge(self, schema: str, t: str, keys: list[int], lsn: str, run: int) -> str:
+    def _history_merge(self, schema: str, t: str, key_list: str, lsn: str, run: int) -> str:
         """The history MERGE: each touched key's open version closed and a new one opened, from one
         select of each open version twice, in one partition as the real MERGE's source (a union of
         two selects, or the scan of two files, would be two write tasks: two files where the real
@@ -154,7 +155,7 @@ class Template:
 
         source = (f"select /*+ COALESCE(1) */ {', '.join(column(c) for c in columns)} from {schema}.{t}_history "
                   f"lateral view explode(array(false, true)) sides as opened "
-                  f"where is_current and id in ({', '.join(str(k) for k in keys)})")
+                  f"where is_current and id in ({key_list})")
         return (f"merge into {schema}.{t}_history as h using ({source}) as s "
                 "on h.id = s.id and h.valid_from_lsn = s.valid_from_lsn when matched then update set * "
                 "when not matched then insert *")
