@@ -70,35 +70,86 @@
     landed counts in the run that stages it), changes applied (change tables: trusted change rows
     between the current-state mart's watermark before and after the run, update-before rows left
     out; event channels: the trusted events of the batches it took in up to the LSN reached) and
-    both marts' rows (a tenant table's: those of the database). Every bound is a literal, so Delta
-    skips other batches' files. Keyed dbkey(database, table). -#}
+    both marts' rows (a tenant table's: those of the database). Each table's staging and marts are
+    read once whatever the number of its databases (a tenant table's grouped by source_database,
+    each database's bounds joined from literal rows; a scalar subquery per database and count made
+    a query of hundreds of scans of the same tables), and the staging read is filtered by literal
+    bounds too (the batches, the lowest watermark), so Delta skips other batches' files. Keyed
+    dbkey(database, table). -#}
 {% macro _run_counts(run, tables) -%}
-    {%- set selects = [] -%}
     {%- set s = sqlserver_cdc._sql_string -%}
     {%- set batches = "_batch_id > " ~ s(run.since_run_id or '') ~ " and _batch_id <= " ~ s(run.run_id) -%}
+    {%- set by_table = {} -%}
     {%- for t in tables if t.staged or t.applied -%}
-        {%- set staging = sqlserver_cdc._model_relation(t.staging) -%}
-        {%- set mine = (" and source_database = " ~ s(t.source_database)) if t.tenant else '' -%}
-        {%- set applied -%}
-            {%- if not t.applied or not t.lsn_reached -%}
-            cast(0 as bigint)
-            {%- elif t.channel == 'change_tables' -%}
-            (select count(*) from {{ staging }} where commit_lsn > {{ s(t.lower_lsn or '') }}
-                and commit_lsn <= {{ s(t.lsn_reached) }} and quarantine_reason is null and operation != 'update_before'{{ mine }})
-            {%- else -%}
-            {#- events arrive out of order: those this run took in, whatever their LSN -#}
-            (select count(*) from {{ staging }} where _batch_id > {{ s(t.lower_batch or '') }}
-                and _batch_id <= {{ s(t.batch_reached or '') }}
-                and commit_lsn <= {{ s(t.lsn_reached) }} and quarantine_reason is null{{ mine }})
+        {%- if t.name not in by_table -%}{%- do by_table.update({t.name: []}) -%}{%- endif -%}
+        {%- do by_table[t.name].append(t) -%}
+    {%- endfor -%}
+    {%- set selects = [] -%}
+    {%- for name, parts in by_table.items() -%}
+        {%- set first = parts[0] -%}
+        {%- set staging = sqlserver_cdc._model_relation(first.staging) -%}
+        {%- set db = "coalesce(source_database, '')" if first.tenant else "''" -%}
+        {%- set rows, lowest = [], [] -%}
+        {%- for t in parts -%}
+            {%- set counts_applied = t.applied and t.lsn_reached -%}
+            {%- do rows.append("(" ~ s(sqlserver_cdc._dbkey(t.database_id, t.name)) ~ ", "
+                ~ s(t.source_database if first.tenant else '') ~ ", " ~ ('true' if t.staged else 'false') ~ ", "
+                ~ ('true' if counts_applied else 'false') ~ ", " ~ ('true' if t.applied else 'false') ~ ", "
+                ~ s(t.lower_lsn or '') ~ ", " ~ s(t.lower_batch or '') ~ ", " ~ s(t.lsn_reached or '') ~ ", "
+                ~ s(t.batch_reached or '') ~ ")") -%}
+            {%- if counts_applied -%}
+                {%- do lowest.append(t.lower_lsn or '' if first.channel == 'change_tables' else t.lower_batch or '') -%}
             {%- endif -%}
+        {%- endfor -%}
+        {%- set bounds = "(values " ~ rows | join(', ') ~ ") as b (b_key, b_db, b_staged, b_applied, b_marts, b_lower_lsn,"
+            ~ " b_lower_batch, b_lsn_reached, b_batch_reached)" -%}
+        {%- set read = [] -%}
+        {%- if parts | selectattr('staged') | list -%}{%- do read.append('(' ~ batches ~ ')') -%}{%- endif -%}
+        {%- if lowest -%}
+            {%- do read.append(('commit_lsn > ' if first.channel == 'change_tables' else '_batch_id > ') ~ s(lowest | min)) -%}
+        {%- endif -%}
+        {%- if first.channel == 'change_tables' -%}
+            {%- set applied = "b.b_applied and commit_lsn > b.b_lower_lsn and commit_lsn <= b.b_lsn_reached"
+                ~ " and quarantine_reason is null and operation != 'update_before'" -%}
+        {%- else -%}
+            {#- events arrive out of order: those this run took in, whatever their LSN -#}
+            {%- set applied = "b.b_applied and _batch_id > b.b_lower_batch and _batch_id <= b.b_batch_reached"
+                ~ " and commit_lsn <= b.b_lsn_reached and quarantine_reason is null" -%}
+        {%- endif -%}
+        {%- set marts = parts | selectattr('applied') | list -%}
+        {%- set query -%}
+            select b_key,
+                {% if read -%}
+                coalesce(staged.rows_landed, 0), coalesce(staged.quarantined, 0), coalesce(staged.changes_applied, 0),
+                {%- else -%}
+                cast(0 as bigint), cast(0 as bigint), cast(0 as bigint),
+                {%- endif %}
+                {% if marts -%}
+                case when b_marts then coalesce(current_rows.n, 0) end, case when b_marts then coalesce(history_rows.n, 0) end
+                {%- else -%}
+                cast(null as bigint), cast(null as bigint)
+                {%- endif %}
+            from {{ bounds }}
+            {%- if read %}
+            left join (
+                select b.b_key as staged_key, count_if(b.b_staged and {{ batches }}) as rows_landed,
+                    count_if(b.b_staged and {{ batches }} and quarantine_reason is not null) as quarantined,
+                    count_if({{ applied }}) as changes_applied
+                from (select * from {{ staging }} where {{ read | join(' or ') }}) as staged_rows
+                join {{ bounds }} on {{ db }} = b.b_db
+                group by b.b_key
+            ) as staged on staged.staged_key = b_key
+            {%- endif %}
+            {%- if marts %}
+            {%- for mart, alias in [('_current', 'current_rows'), ('_history', 'history_rows')] %}
+            left join (
+                select {{ db }} as mart_db, count(*) as n from {{ sqlserver_cdc._model_relation(name ~ mart) }}
+                {{- ' group by 1' if first.tenant }}
+            ) as {{ alias }} on {{ alias }}.mart_db = b_db
+            {%- endfor %}
+            {%- endif %}
         {%- endset -%}
-        {%- set marts = (" where source_database = " ~ s(t.source_database)) if t.tenant else '' -%}
-        {%- do selects.append("select " ~ s(sqlserver_cdc._dbkey(t.database_id, t.name)) ~ " as tracked_table, "
-            ~ ("(select count(*) from " ~ staging ~ " where " ~ batches ~ mine ~ ")" if t.staged else "cast(0 as bigint)") ~ " as rows_landed, "
-            ~ ("(select count_if(quarantine_reason is not null) from " ~ staging ~ " where " ~ batches ~ mine ~ ")" if t.staged else "cast(0 as bigint)") ~ " as quarantined, "
-            ~ applied ~ " as changes_applied, "
-            ~ ("(select count(*) from " ~ sqlserver_cdc._model_relation(t.name ~ '_current') ~ marts ~ ")" if t.applied else "cast(null as bigint)") ~ " as current_rows, "
-            ~ ("(select count(*) from " ~ sqlserver_cdc._model_relation(t.name ~ '_history') ~ marts ~ ")" if t.applied else "cast(null as bigint)") ~ " as history_versions") -%}
+        {%- do selects.append(query) -%}
     {%- endfor -%}
     {%- set counted = {} -%}
     {%- if selects -%}

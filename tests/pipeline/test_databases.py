@@ -141,10 +141,11 @@ def test_a_tenant_table_fans_databases_into_one_pair_of_marts_and_a_tenant_joins
                         {"t1": {}, "t2": {"database": "Tenant2"}})
     sims = {"t1": Simulator([CUSTOMERS], seed=11, start_lsn=LOW), "t2": Simulator([CUSTOMERS], seed=12, start_lsn=HIGH),
             "t3": Simulator([CUSTOMERS], seed=13, start_lsn=LOW)}
-    uppers = {}
+    uppers, landed = {}, {}
 
     def land(db: str, batch: str, count: int) -> None:
         txs = sims[db].run(count)
+        landed[db] = [row for tx in txs for rows in tx.changes.values() for row in rows]
         if batch == "b1":
             landing_writer.write_captured_columns(_folder(pipeline, db), [CUSTOMERS])
         landing_writer.write_batch(_folder(pipeline, db), batch, [CUSTOMERS], txs, {},
@@ -170,6 +171,14 @@ def test_a_tenant_table_fans_databases_into_one_pair_of_marts_and_a_tenant_joins
     for db in ("t1", "t2", "t3"):
         _check(pipeline, CUSTOMERS, sims[db], uppers[db], database=db)
     assert summary["t2"]["changes_applied"] == 0 and summary["t3"]["changes_applied"] > 0
+    # each database's counts are its own: the change rows of the batch it landed (update-before rows
+    # are not changes applied), and its rows of the tenant marts
+    for db in ("t1", "t2", "t3"):
+        rows = landed[db] if db != "t2" else []
+        assert (summary[db]["rows_landed"], summary[db]["changes_applied"]) == \
+            (len(rows), sum(1 for r in rows if r.operation != 3)), db
+        for mart, column in (("current", "current_rows"), ("history", "history_versions")):
+            assert summary[db][column] == len(_mart(pipeline, CUSTOMERS, mart, db)), (db, column)
     assert pipeline.rows("select count(*) as n from {s}.customers_history where source_database = 't2'")[0]["n"] == before_t2
     # one MERGE per mart for both databases' changes: the tenant marts are one table each
     merges = pipeline.spark.sql(f"describe history {pipeline.schema}.customers_current limit 1").collect()[0]
