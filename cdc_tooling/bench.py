@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import collections
 import io
+import itertools
 import json
 import os
 import platform
@@ -51,7 +52,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -1009,11 +1010,17 @@ def estate_phases(spark, cfg: BenchConfig, project_dir: Path, work: Path, progre
     write_workload(spark, landings["one"], tables, 0, n, k, base, "initial")
     written = {"estate": n, "one": n}
 
+    # each project's parse, kept across the switches between projects: the runner keeps one (a
+    # resident runner of one project parses once), so without this every run here would parse again
+    parsed: dict = {}
+
     def run(name: str):
         os.environ["SQLSERVER_CDC_SCHEMA"] = f"bench_estate_{name}"
         landing = landings["one" if name == "one" else "estate"]
+        _MANIFESTS.update(parsed)
         run_pipeline(projects[name], load_target(projects[name], "local"), landing,
                      progress=report.Progress(stream=io.StringIO()))
+        parsed.update(_MANIFESTS)
 
     def land(name: str) -> None:
         """A batch: b changes on each table of the first two databases (of the one database: 2b)."""
@@ -1056,16 +1063,8 @@ def estate_phases(spark, cfg: BenchConfig, project_dir: Path, work: Path, progre
     with RunnerLock(lock_path(target, projects["tenant"]), target.name).acquire(0, quiet) as held:
         resident = Resident(args, target, held, open_folder(landings["estate"]), [], quiet)
         resident.run(resident.listing())
-        jobs: list[int] = []
-
-        def nothing_new() -> None:
-            before = set(spark.sparkContext.statusTracker().getJobIdsForGroup(None))
-            if resident.run(resident.listing())[0] != "nothing_to_do":
-                raise RuntimeError("resident run with nothing new did something")
-            jobs.append(len(set(spark.sparkContext.statusTracker().getJobIdsForGroup(None)) - before))
-
-        phases.append(_median(progress, f"estate: nothing new, resident ({n_db} databases x {n_t} tenant tables)", 0,
-                              cfg.many_repeats, lambda: None, nothing_new, lambda: f"Spark jobs started: {jobs}"))
+        phases.append(_nothing_new(progress, f"estate: nothing new, resident ({n_db} databases x {n_t} tenant tables)",
+                                   cfg.many_repeats, spark, resident))
 
     # the parse of a big estate's project, and what a resident run pays instead when it is unchanged
     big = {f"db{i:03d}_t{t}": {**tables[f"bench_t{(t - 1) % n_t + 1}"], "database": f"db{i:03d}"}
@@ -1110,9 +1109,6 @@ def resident_phases(spark, cfg: BenchConfig, project: Path, landing: Path, table
     total, b, phases = len(tables), cfg.many_batch, []
     quiet = report.Progress(stream=io.StringIO())
 
-    def jobs() -> set[int]:
-        return set(spark.sparkContext.statusTracker().getJobIdsForGroup(None))
-
     def applied(outcome: tuple[str, list[dict], str], expected: int) -> None:
         status, rows, reason = outcome
         done = sum(r.get("changes_applied") or 0 for r in rows)
@@ -1122,16 +1118,7 @@ def resident_phases(spark, cfg: BenchConfig, project: Path, landing: Path, table
     with RunnerLock(lock_path(target, project), target.name).acquire(0, quiet) as held:
         resident = Resident(args, target, held, open_folder(landing), [], quiet)
         resident.run(resident.listing())  # records what it saw: the next run with nothing new is free
-
-        def nothing_new() -> None:
-            before = jobs()
-            if resident.run(resident.listing())[0] != "nothing_to_do":
-                raise RuntimeError("resident run with nothing new did something")
-            started.append(len(jobs() - before))
-
-        started: list[int] = []
-        phases.append(_median(progress, f"resident: nothing new ({total} tables)", 0, cfg.many_repeats,
-                              lambda: None, nothing_new, lambda: f"Spark jobs started: {started}"))
+        phases.append(_nothing_new(progress, f"resident: nothing new ({total} tables)", cfg.many_repeats, spark, resident))
 
         def latency() -> float:
             """Through serve's loop: the start run finds nothing new, the batch arrives after it; the
@@ -1186,6 +1173,27 @@ def resident_phases(spark, cfg: BenchConfig, project: Path, landing: Path, table
                      **{name: [measured[SOAK_FIRST][name], measured[cfg.soak_runs][name]] for name in measured[SOAK_FIRST]},
                      "grew": [list(g) for g in grew]})
     return phases
+
+
+def _nothing_new(progress, label: str, repeats: int, spark, resident) -> Phase:
+    """The median of `repeats` runs of a resident runner (runner/run/cli.py Resident) that find
+    nothing new, with the Spark jobs each started (none expected). The jobs are told apart by the
+    job ids the session knows before each run and after the last, read outside the timed runs:
+    py4j hands the ids over one call each, tenths of a second for a busy session's thousand
+    retained jobs."""
+    known: list[set] = []
+
+    def job_ids() -> None:
+        known.append(set(spark.sparkContext.statusTracker().getJobIdsForGroup(None)))
+
+    def nothing_new() -> None:
+        if resident.run(resident.listing())[0] != "nothing_to_do":
+            raise RuntimeError("resident run with nothing new did something")
+
+    phase = _median(progress, label, 0, repeats, job_ids, nothing_new)
+    job_ids()
+    started = [len(after - before) for before, after in itertools.pairwise(known)]
+    return replace(phase, note=f"{phase.note}; Spark jobs started: {started}")
 
 
 def _median(progress, label: str, rows: int, repeats: int, before, action, note=lambda: "") -> Phase:
