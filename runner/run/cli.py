@@ -431,7 +431,7 @@ def main(argv: list[str] | None = None, kafka_sources: list | None = None, clock
             if args.command != "audit" and not through_spark and not (kafka_sources and not folder.exists()):
                 # the first of two listings: a file that changes before landing's is still being written
                 listed = landing.listing(folder)
-            last_run = last_run_record(args, target, held, bool(kafka_sources))
+            last_run = last_run_record(args, target, held, bool(kafka_sources), listed)
             if last_run and unchanged(last_run, progress):
                 progress.step("OK")
                 return EXIT_OK
@@ -573,7 +573,7 @@ class Resident:
 
     def run(self, listed: dict | None) -> tuple[str, list[dict], str]:
         """One run: (status, its summary rows, why it failed or '')."""
-        last_run = last_run_record(self.args, self.target, self.held, bool(self.kafka_sources))
+        last_run = last_run_record(self.args, self.target, self.held, bool(self.kafka_sources), listed)
         if last_run and unchanged(last_run, self.progress, resident=True):
             return "nothing_to_do", [], ""
         rows: list[dict] = []
@@ -628,14 +628,15 @@ def _serve(args, target, held: RunnerLock, kafka_sources: list, progress) -> int
             watch.close()
 
 
-def last_run_record(args, target, held: RunnerLock, reads_kafka: bool) -> LastRun | None:
+def last_run_record(args, target, held: RunnerLock, reads_kafka: bool, listed: dict | None = None) -> LastRun | None:
     """The record of the last successful plain run, for a plain `run` of a session target that
     reads no Kafka source (only a Kafka client can tell whether a topic has new records; docs/operations.md
-    "The runner"). Other runs get None, and delete any record: they may change the marts."""
+    "The runner"; `listed`: the run's first listing of the landing folder, which the record's
+    fingerprint reuses). Other runs get None, and delete any record: they may change the marts."""
     if (not target.owns_jvm or args.command == "audit" or is_uri(_landing_dir(args))
             or is_uri(target.spark_conf.get("spark.sql.warehouse.dir", ""))):
         return None
-    last_run = LastRun(held.path.with_name("last_run.json"), args.project_dir, _landing_dir(args), target)
+    last_run = LastRun(held.path.with_name("last_run.json"), args.project_dir, _landing_dir(args), target, listed)
     if args.command == "serve" and not reads_kafka:
         return last_run
     if args.command == "run" and not (args.full_refresh or args.restage or args.select or args.upper_lsn or reads_kafka):

@@ -39,9 +39,11 @@ def _digest(items) -> str:
     return h.hexdigest()
 
 
-def landing_digest(landing_dir: Path) -> str:
-    return _digest([str(landing_dir.resolve()), *sorted((f.relative, f.size, f.modified_ns)
-                                                        for f in landing.discover(landing_dir))])
+def landing_digest(landing_dir: Path, listed: dict[str, tuple[int, int]] | None = None) -> str:
+    """The landing folder's files: `listed` when the run has listed them (landing.listing), else listed now."""
+    if listed is None:
+        listed = landing.listing(landing_dir)
+    return _digest([str(landing_dir.resolve()), *sorted((path, *stamp) for path, stamp in listed.items())])
 
 
 def project_digest(project_dir: Path, target) -> str:
@@ -66,10 +68,12 @@ def warehouse_dir(target, project_dir: Path) -> Path:
 class LastRun:
     """The fingerprint record of the last successful plain run (see the module's docstring)."""
 
-    def __init__(self, record: Path, project_dir: Path, landing_dir: Path, target):
+    def __init__(self, record: Path, project_dir: Path, landing_dir: Path, target,
+                 listed: dict[str, tuple[int, int]] | None = None):
         self.record, self.warehouse = record, warehouse_dir(target, project_dir)
-        # what the run starts from, taken before it looks at anything
-        self.before = {"landing": landing_digest(landing_dir), "project": project_digest(project_dir, target)}
+        # what the run starts from, taken before it looks at anything (`listed`: the run's first
+        # listing of the landing folder, when it made one)
+        self.before = {"landing": landing_digest(landing_dir, listed), "project": project_digest(project_dir, target)}
 
     def unchanged_since(self) -> dict | None:
         """The record when nothing changed since it was written, else None."""

@@ -93,6 +93,10 @@ def test_a_run_is_skipped_only_when_landing_warehouse_project_and_target_are_as_
     assert last_run().unchanged_since() is None  # nothing recorded yet
     last_run().remember()
     assert last_run().unchanged_since()["finished_at"]
+    # the fingerprint of the run's own first listing (serve's poll, run's first listing) is the same
+    from runner.sources import landing as landing_files
+
+    assert LastRun(record, project, landing, target, landing_files.listing(landing)).unchanged_since()
 
     def changed(change, undo) -> bool:
         change()
