@@ -6,22 +6,22 @@
     and retention headrooms, the watermark table rewritten with one row per model and database,
     the ledger row.
     run: the ledger row's fields (see _ledger_ddl) but tables and streams; tables: per tracked
-    table and database it reads {name, channel, staging, tenant, database_id (its id, '' the
-    default one), source_database (its name in a project of several databases, else none: a
-    tenant table's rows of it are counted), staged (its staging built), applied (its marts
-    built with changes of it), lower_lsn, lower_batch (the current-state mart's before the run
-    there), lsn_reached, batch_reached, advanced, current_rows, history_versions (the previous
-    row's), capture_lsn (the database's capture high-water mark: the lag's reference),
-    retention_minutes (its cleanup job's retention: the headroom's reference)}; streams: per
+    table and database it reads {name, channel, database_id (its id, '' the default one),
+    source_database (its name in a project of several databases, else none), lsn_reached,
+    advanced, current_rows, history_versions (the previous row's), capture_lsn (the database's
+    capture high-water mark: the lag's reference), retention_minutes (its cleanup job's
+    retention: the headroom's reference)}; streams: per
     declared event channel {channel, counted (its events model built), quarantined_total (the
     previous row's)}; watermarks: the models whose watermark moved, {model, database (none: the
-    model's own, or the default database's part of a mart), lsn, batch, declaration}. -#}
-{% macro finish_run(run, tables=[], streams=[], watermarks=[]) -%}
-    {{ return(adapter.dispatch('finish_run', 'sqlserver_cdc')(run=run, tables=tables, streams=streams, watermarks=watermarks)) }}
+    model's own, or the default database's part of a mart), lsn, batch, declaration}; counts: what
+    to count, grouped per tracked table (runner/run/cli.py count_groups, see _run_counts). -#}
+{% macro finish_run(run, tables=[], streams=[], watermarks=[], counts=[]) -%}
+    {{ return(adapter.dispatch('finish_run', 'sqlserver_cdc')(run=run, tables=tables, streams=streams, watermarks=watermarks,
+        counts=counts)) }}
 {%- endmacro %}
 
-{% macro spark__finish_run(run, tables=[], streams=[], watermarks=[]) -%}
-    {%- set counted = sqlserver_cdc._run_counts(run, tables) -%}
+{% macro spark__finish_run(run, tables=[], streams=[], watermarks=[], counts=[]) -%}
+    {%- set counted = sqlserver_cdc._run_counts(run, counts) -%}
     {%- set times = sqlserver_cdc._lags_and_headrooms(tables) -%}
     {%- set lags, headrooms = times.lags, times.headrooms -%}
     {%- set summary, headroom_by_key = [], {} -%}
@@ -61,7 +61,7 @@
     {{ log('sqlserver_cdc.finish_run ' ~ tojson({'tables': summary, 'streams': stream_rows}), info=true) }}
 {%- endmacro %}
 
-{% macro default__finish_run(run, tables=[], streams=[], watermarks=[]) -%}
+{% macro default__finish_run(run, tables=[], streams=[], watermarks=[], counts=[]) -%}
     {{ exceptions.raise_compiler_error(sqlserver_cdc._not_supported('finish_run')) }}
 {%- endmacro %}
 
@@ -70,45 +70,33 @@
     landed counts in the run that stages it), changes applied (change tables: trusted change rows
     between the current-state mart's watermark before and after the run, update-before rows left
     out; event channels: the trusted events of the batches it took in up to the LSN reached) and
-    both marts' rows (a tenant table's: those of the database). Each table's staging and marts are
-    read once whatever the number of its databases (a tenant table's grouped by source_database,
-    each database's bounds joined from literal rows; a scalar subquery per database and count made
-    a query of hundreds of scans of the same tables), and the staging read is filtered by literal
-    bounds too (the batches, the lowest watermark), so Delta skips other batches' files. Keyed
+    both marts' rows (a tenant table's: those of the database). `counts` are the runner's groups
+    (runner/run/cli.py count_groups: which rows count, and the staging read's literal bounds): each
+    table's staging and marts are read once whatever the number of its databases, a tenant table's
+    grouped by source_database, each database's bounds joined from literal rows (a scalar subquery
+    per database and count made a query of hundreds of scans of the same tables). Keyed
     dbkey(database, table). -#}
-{% macro _run_counts(run, tables) -%}
+{% macro _run_counts(run, counts) -%}
     {%- set s = sqlserver_cdc._sql_string -%}
     {%- set batches = "_batch_id > " ~ s(run.since_run_id or '') ~ " and _batch_id <= " ~ s(run.run_id) -%}
-    {%- set by_table = {} -%}
-    {%- for t in tables if t.staged or t.applied -%}
-        {%- if t.name not in by_table -%}{%- do by_table.update({t.name: []}) -%}{%- endif -%}
-        {%- do by_table[t.name].append(t) -%}
-    {%- endfor -%}
     {%- set selects = [] -%}
-    {%- for name, parts in by_table.items() -%}
-        {%- set first = parts[0] -%}
-        {%- set staging = sqlserver_cdc._model_relation(first.staging) -%}
-        {%- set db = "coalesce(source_database, '')" if first.tenant else "''" -%}
-        {%- set rows, lowest = [], [] -%}
-        {%- for t in parts -%}
-            {%- set counts_applied = t.applied and t.lsn_reached -%}
-            {%- do rows.append("(" ~ s(sqlserver_cdc._dbkey(t.database_id, t.name)) ~ ", "
-                ~ s(t.source_database if first.tenant else '') ~ ", " ~ ('true' if t.staged else 'false') ~ ", "
-                ~ ('true' if counts_applied else 'false') ~ ", " ~ ('true' if t.applied else 'false') ~ ", "
-                ~ s(t.lower_lsn or '') ~ ", " ~ s(t.lower_batch or '') ~ ", " ~ s(t.lsn_reached or '') ~ ", "
-                ~ s(t.batch_reached or '') ~ ")") -%}
-            {%- if counts_applied -%}
-                {%- do lowest.append(t.lower_lsn or '' if first.channel == 'change_tables' else t.lower_batch or '') -%}
-            {%- endif -%}
+    {%- for group in counts -%}
+        {%- set staging = sqlserver_cdc._model_relation(group.staging) -%}
+        {%- set db = "coalesce(source_database, '')" if group.tenant else "''" -%}
+        {%- set rows = [] -%}
+        {%- for r in group.rows -%}
+            {%- do rows.append("(" ~ s(r.key) ~ ", " ~ s(r.db) ~ ", " ~ ('true' if r.staged else 'false') ~ ", "
+                ~ ('true' if r.applied else 'false') ~ ", " ~ ('true' if r.marts else 'false') ~ ", " ~ s(r.lower_lsn) ~ ", "
+                ~ s(r.lower_batch) ~ ", " ~ s(r.lsn_reached) ~ ", " ~ s(r.batch_reached) ~ ")") -%}
         {%- endfor -%}
         {%- set bounds = "(values " ~ rows | join(', ') ~ ") as b (b_key, b_db, b_staged, b_applied, b_marts, b_lower_lsn,"
             ~ " b_lower_batch, b_lsn_reached, b_batch_reached)" -%}
         {%- set read = [] -%}
-        {%- if parts | selectattr('staged') | list -%}{%- do read.append('(' ~ batches ~ ')') -%}{%- endif -%}
-        {%- if lowest -%}
-            {%- do read.append(('commit_lsn > ' if first.channel == 'change_tables' else '_batch_id > ') ~ s(lowest | min)) -%}
+        {%- if group.read_batches -%}{%- do read.append('(' ~ batches ~ ')') -%}{%- endif -%}
+        {%- if group.read_above is not none -%}
+            {%- do read.append(('commit_lsn > ' if group.channel == 'change_tables' else '_batch_id > ') ~ s(group.read_above)) -%}
         {%- endif -%}
-        {%- if first.channel == 'change_tables' -%}
+        {%- if group.channel == 'change_tables' -%}
             {%- set applied = "b.b_applied and commit_lsn > b.b_lower_lsn and commit_lsn <= b.b_lsn_reached"
                 ~ " and quarantine_reason is null and operation != 'update_before'" -%}
         {%- else -%}
@@ -116,7 +104,6 @@
             {%- set applied = "b.b_applied and _batch_id > b.b_lower_batch and _batch_id <= b.b_batch_reached"
                 ~ " and commit_lsn <= b.b_lsn_reached and quarantine_reason is null" -%}
         {%- endif -%}
-        {%- set marts = parts | selectattr('applied') | list -%}
         {%- set query -%}
             select b_key,
                 {% if read -%}
@@ -124,7 +111,7 @@
                 {%- else -%}
                 cast(0 as bigint), cast(0 as bigint), cast(0 as bigint),
                 {%- endif %}
-                {% if marts -%}
+                {% if group.marts -%}
                 case when b_marts then coalesce(current_rows.n, 0) end, case when b_marts then coalesce(history_rows.n, 0) end
                 {%- else -%}
                 cast(null as bigint), cast(null as bigint)
@@ -140,11 +127,11 @@
                 group by b.b_key
             ) as staged on staged.staged_key = b_key
             {%- endif %}
-            {%- if marts %}
+            {%- if group.marts %}
             {%- for mart, alias in [('_current', 'current_rows'), ('_history', 'history_rows')] %}
             left join (
-                select {{ db }} as mart_db, count(*) as n from {{ sqlserver_cdc._model_relation(name ~ mart) }}
-                {{- ' group by 1' if first.tenant }}
+                select {{ db }} as mart_db, count(*) as n from {{ sqlserver_cdc._model_relation(group.name ~ mart) }}
+                {{- ' group by 1' if group.tenant }}
             ) as {{ alias }} on {{ alias }}.mart_db = b_db
             {%- endfor %}
             {%- endif %}

@@ -334,7 +334,45 @@ def _finish_args(the_plan: plan.Plan, facts: plan.Facts, outcome: plan.Outcome, 
         "retention_minutes": the_plan.retention[""].landed if "" in the_plan.retention else None,
         "retentions": {db: r.landed for db, r in the_plan.retention.items() if r.landed is not None},
     }
-    return {"run": run, "tables": tables, "streams": streams, "watermarks": moved}
+    counts = count_groups(tables)  # the fields only the counts read go there
+    tables = [{k: v for k, v in t.items() if k not in COUNTED_ONLY} for t in tables]
+    return {"run": run, "tables": tables, "streams": streams, "watermarks": moved, "counts": counts}
+
+
+# what _finish_args' rows per table and database carry for count_groups alone
+COUNTED_ONLY = ("staging", "tenant", "staged", "applied", "lower_lsn", "lower_batch", "batch_reached")
+
+
+def count_groups(tables: list[dict]) -> list[dict]:
+    """What finish_run counts (macros/runner/finish_run.sql `_run_counts`), one group per tracked
+    table the run staged or applied (`tables`: _finish_args' rows, one per table and database), so
+    that each table's staging and marts are read once whatever the number of its databases. A
+    group's `rows`, one per database: its key, the database its rows carry in staging and the
+    marts ('' unless a tenant table, whose rows carry source_database), whether the rows of the
+    run's batches count as landed (`staged`), whether its changes count as applied (`applied`: its
+    marts were built and reached an LSN), whether its marts' rows are counted (`marts`) and the
+    bounds of the changes applied (above the current-state mart's watermark before the run, up to
+    the one after). And the staging read's literal filters, so that Delta skips other batches'
+    files: the run's batches when a database staged (`read_batches`), and above the lowest lower
+    bound of a database whose changes count (`read_above`: an LSN for change tables, a batch for
+    the event channels, whose events arrive out of order); `marts`: whether any mart is read."""
+    groups: dict[str, dict] = {}
+    for t in tables:
+        if not (t["staged"] or t["applied"]):
+            continue
+        group = groups.setdefault(t["name"], {"name": t["name"], "staging": t["staging"], "channel": t["channel"],
+                                              "tenant": t["tenant"], "rows": []})
+        group["rows"].append({
+            "key": plan.dbkey(t["database_id"], t["name"]), "db": (t["source_database"] or "") if t["tenant"] else "",
+            "staged": t["staged"], "applied": bool(t["applied"] and t["lsn_reached"]), "marts": t["applied"],
+            "lower_lsn": t["lower_lsn"] or "", "lower_batch": t["lower_batch"] or "",
+            "lsn_reached": t["lsn_reached"] or "", "batch_reached": t["batch_reached"] or ""})
+    for group in groups.values():
+        bound = "lower_lsn" if group["channel"] == "change_tables" else "lower_batch"
+        lowest = [r[bound] for r in group["rows"] if r["applied"]]
+        group.update(read_batches=any(r["staged"] for r in group["rows"]), read_above=min(lowest) if lowest else None,
+                     marts=any(r["marts"] for r in group["rows"]))
+    return list(groups.values())
 
 
 def _land_kafka(target, sources: list, batch_id: str, accept_gap, progress) -> list[str]:

@@ -179,3 +179,39 @@ def test_a_declaration_dbt_refuses_stops_the_run_before_spark_with_dbts_whole_me
     assert ("tracked table 'employees': column name '[desc]' is not a plain identifier; name it with letters, digits "
             "and underscores and give the SQL Server name as its source_name") in last, last
     assert "> in macro" not in last
+
+
+def test_finish_runs_counts_read_each_table_once_with_the_bounds_of_the_databases_that_count():
+    """count_groups (what finish_run's one counting query reads): a table's databases in one group
+    (a tenant table's rows matched on their database, a distinct table's on ''), a database that
+    neither staged nor applied left out, changes counted only where the marts reached an LSN, and
+    the staging read bounded below by the lowest lower bound of those: an LSN for change tables,
+    a batch for an event channel."""
+    from runner.run.cli import COUNTED_ONLY, count_groups
+
+    def row(name, db, staged, applied, lower, reached, channel="change_tables", tenant=True):
+        return {"name": name, "channel": channel, "staging": f"stg_{name}", "tenant": tenant, "database_id": db,
+                "source_database": db.title() if tenant else None, "staged": staged, "applied": applied,
+                "lower_lsn": lower if channel == "change_tables" else "", "lower_batch": "" if channel == "change_tables" else lower,
+                "lsn_reached": reached, "batch_reached": "b9" if reached else ""}
+
+    groups = count_groups([
+        row("orders", "db1", True, True, "0x0B", "0x0C"),
+        row("orders", "db2", True, False, "0x01", ""),  # staged, its marts not built: no change counts
+        row("orders", "db3", False, False, "0x00", ""),  # nothing this run: not read
+        row("orders", "db4", False, True, "0x05", "0x06"),
+        row("events", "", False, True, "b3", "0x22", channel="ces", tenant=False),
+        row("idle", "", False, False, "", ""),
+    ])
+    assert [g["name"] for g in groups] == ["orders", "events"]
+    orders, events = groups
+    assert [(r["key"], r["db"], r["staged"], r["applied"], r["marts"]) for r in orders["rows"]] == [
+        ("databases/db1/orders", "Db1", True, True, True), ("databases/db2/orders", "Db2", True, False, False),
+        ("databases/db4/orders", "Db4", False, True, True)]
+    assert (orders["read_batches"], orders["read_above"], orders["marts"], orders["tenant"]) == (True, "0x05", True, True)
+    assert [(r["key"], r["db"]) for r in events["rows"]] == [("events", "")]
+    assert (events["read_batches"], events["read_above"], events["marts"]) == (False, "b3", True)
+    # staged only: the run's batches are read, no bound of applied changes, no mart
+    [staged] = count_groups([row("orders", "db2", True, False, "0x01", "")])
+    assert (staged["read_batches"], staged["read_above"], staged["marts"]) == (True, None, False)
+    assert set(COUNTED_ONLY) <= set(row("x", "", False, False, "", ""))
