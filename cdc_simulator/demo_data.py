@@ -26,7 +26,8 @@ class DemoHistory:
     as landing files, or with `kafka` (bootstrap servers) its CES and Debezium events produced to
     Kafka topics instead (docs/channels.md "Reading from Kafka and Event Hubs"): CES events on topic
     `<table>_hub` spread over its partitions as Event Hubs spreads them, Debezium records keyed by
-    the row's key on the connector's topic. The same seed gives the same events either way."""
+    the row's key on the connector's topic. The same seed gives the same events either way. `spark`
+    (Spark's Kafka sink) is needed with `kafka` only: files are written without Spark."""
 
     def __init__(self, spark, project_dir: Path, transactions: int, batches: int, seed: int,
                  kafka: str | None = None):
@@ -57,7 +58,7 @@ class DemoHistory:
                 landing_writer.write_captured_columns(landing_dir, self.captured)
             # each capture instance's export comes with its manifest (docs/landing.md "Export manifests")
             landing_writer.write_batch(
-                landing_dir, name, self.captured, batch, DEMO_FORMATS, spark=self.spark,
+                landing_dir, name, self.captured, batch, DEMO_FORMATS,
                 min_lsn={t.capture_instance: self.txs[0].begin_lsn for t in self.captured} if i == 0 else None,
                 manifest=(self.exported, batch[-1].commit_lsn))
             self.exported = batch[-1].commit_lsn

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import csv
 import json
-import shutil
 import tempfile
 from datetime import datetime
 from decimal import Decimal
@@ -46,33 +45,40 @@ def _change_record(table: TableSpec, row: ChangeRow, binary: bool) -> dict[str, 
     return record
 
 
-def _spark_type(sql_type: str):
-    from pyspark.sql import types as T
+def _arrow_type(sql_type: str):
+    """The Parquet type an export tool writes a SQL Server column as (what Spark reads it as: decimal(19, 4)
+    for decimal and money, smallint for tinyint, a UTC timestamp for the datetimes, text otherwise)."""
+    import pyarrow as pa
 
     t = sql_type.lower()
     if t.startswith(("decimal", "numeric", "money")):
-        return T.DecimalType(19, 4)
+        return pa.decimal128(19, 4)
     return {
-        "int": T.IntegerType(), "bigint": T.LongType(), "smallint": T.ShortType(),
-        "tinyint": T.ShortType(), "bit": T.BooleanType(), "date": T.DateType(),
-    }.get(t.split("(")[0], T.TimestampType() if t.startswith("datetime") else T.StringType())
+        "int": pa.int32(), "bigint": pa.int64(), "smallint": pa.int16(), "tinyint": pa.int16(), "bit": pa.bool_(),
+        "date": pa.date32(),
+    }.get(t.split("(")[0], pa.timestamp("us", tz="UTC") if t.startswith("datetime") else pa.string())
 
 
-def _write_parquet(spark, path: Path, table: TableSpec, records: list[dict[str, object]]) -> None:
-    from pyspark.sql import types as T
+def _write_parquet(path: Path, table: TableSpec, records: list[dict[str, object]]) -> None:
+    """One Parquet file of the change rows, with pyarrow (no Spark: the demo's data is written before
+    the runner starts its JVM); the LSNs and the update mask binary, as SQL Server's binary(10) and
+    varbinary(128). The simulator's times are UTC."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
     fields = [
-        T.StructField("__$start_lsn", T.BinaryType()), T.StructField("__$end_lsn", T.BinaryType()),
-        T.StructField("__$seqval", T.BinaryType()), T.StructField("__$operation", T.IntegerType()),
-        T.StructField("__$update_mask", T.BinaryType()),
-        *[T.StructField(c.exported, _spark_type(c.type)) for c in table.columns],
-        T.StructField("__$command_id", T.IntegerType()),
+        pa.field("__$start_lsn", pa.binary()), pa.field("__$end_lsn", pa.binary()),
+        pa.field("__$seqval", pa.binary()), pa.field("__$operation", pa.int32()),
+        pa.field("__$update_mask", pa.binary()),
+        *[pa.field(c.exported, _arrow_type(c.type)) for c in table.columns],
+        pa.field("__$command_id", pa.int32()),
     ]
-    rows = [tuple(r[f.name] for f in fields) for r in records]
-    with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
-        spark.createDataFrame(rows, T.StructType(fields)).coalesce(1).write.mode("overwrite").parquet(tmp + "/out")
-        part = next(Path(tmp, "out").glob("part-*.parquet"))
-        shutil.move(str(part), path)
+    schema = pa.schema(fields)
+    columns = [pa.array([r[f.name] for r in records], f.type) for f in fields]
+    # written under a hidden name (the runner skips it) and renamed: whole or not at all, as an export tool's
+    with tempfile.NamedTemporaryFile(dir=path.parent, prefix=".", suffix=".parquet", delete=False) as tmp:
+        pq.write_table(pa.Table.from_arrays(columns, schema=schema), tmp.name)
+    Path(tmp.name).replace(path)
 
 
 def _write_csv(path: Path, records: list[dict[str, object]], header: list[str]) -> None:
@@ -94,7 +100,7 @@ def _write_jsonl(path: Path, records: list[dict[str, object]]) -> None:
 
 
 def write_batch(landing: Path, batch: str, tables: list[TableSpec], transactions: list[Transaction],
-                formats: dict[str, str], spark=None, min_lsn: dict[str, int] | None = None,
+                formats: dict[str, str], min_lsn: dict[str, int] | None = None,
                 mapped: list[Transaction] | None = None, manifest: tuple[int | None, int] | None = None) -> None:
     """Writes the change rows of `transactions` and the lsn_time_mapping rows of `mapped`
     (default: the same transactions) as batch `batch`. formats maps table name to 'parquet' |
@@ -103,8 +109,7 @@ def write_batch(landing: Path, batch: str, tables: list[TableSpec], transactions
     manifest for that range (docs/landing.md "Export manifests"), also for an instance without changes."""
     for table in tables:
         if table.channel == "change_tables":
-            write_export(landing, batch, table, transactions, formats.get(table.name, "csv"), spark,
-                         *(manifest or (None, None)))
+            write_export(landing, batch, table, transactions, formats.get(table.name, "csv"), *(manifest or (None, None)))
     mapping = landing / "cdc_metadata" / "lsn_time_mapping"
     mapping.mkdir(parents=True, exist_ok=True)
     _write_jsonl(mapping / f"{batch}.jsonl", [
@@ -117,7 +122,7 @@ def write_batch(landing: Path, batch: str, tables: list[TableSpec], transactions
 
 
 def write_export(landing: Path, batch: str, table: TableSpec, transactions: list[Transaction], fmt: str = "csv",
-                 spark=None, after: int | None = None, through: int | None = None) -> None:
+                 after: int | None = None, through: int | None = None) -> None:
     """One capture instance's export of batch `batch`: its change rows in `transactions` as one
     file (none when it has none) and, when `through` is given, the export manifest for the range
     (after, through] written last, as an exporter must (docs/landing.md "Export manifests")."""
@@ -129,7 +134,7 @@ def write_export(landing: Path, batch: str, table: TableSpec, transactions: list
         records = [_change_record(table, r, binary=fmt == "parquet") for r in rows]
         target = folder / f"{batch}.{fmt}"
         if fmt == "parquet":
-            _write_parquet(spark, target, table, records)
+            _write_parquet(target, table, records)
         elif fmt == "jsonl":
             _write_jsonl(target, records)
         else:

@@ -165,8 +165,11 @@ def _generate(project_dir: Path, target, landing_dir: Path, progress, transactio
     from cdc_simulator import demo_data
 
     progress.step(f"writing simulated landing data to {landing_dir}")
-    # Parquet files are written with Spark: the target's session (the run then reuses it), or
-    # for a cluster target a local one used for nothing else (the pipeline then runs on the cluster).
+    if kafka is None:  # files need no Spark (Parquet is written with pyarrow): the run starts it
+        demo_data.generate(None, project_dir, landing_dir, transactions=transactions, batches=batches, seed=seed)
+        return
+    # events go to Kafka through Spark's Kafka sink: the target's session (the run then reuses it),
+    # or for a cluster target a local one used for nothing else (the pipeline then runs on the cluster)
     local = target.method == "session"
     spark = create_session(target, project_dir) if local else create_file_writer_session()
     try:

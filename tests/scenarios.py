@@ -29,7 +29,7 @@ def land_changes(pipeline, sim, txs, batch, first=False, tables=None):
     tables = tables or CHANGE_TABLES
     if first:
         landing_writer.write_captured_columns(pipeline.landing, tables)
-    landing_writer.write_batch(pipeline.landing, batch, tables, txs, FORMATS, spark=pipeline.spark,
+    landing_writer.write_batch(pipeline.landing, batch, tables, txs, FORMATS,
                                min_lsn={t.capture_instance: txs[0].begin_lsn for t in tables} if first else None)
 
 
@@ -48,7 +48,7 @@ class Warehouse:
     def land(self, transactions, batch: str, first: bool = False) -> None:
         if first:
             landing_writer.write_captured_columns(self.landing, self.tables)
-        landing_writer.write_batch(self.landing, batch, self.tables, transactions, FORMATS, spark=self.spark,
+        landing_writer.write_batch(self.landing, batch, self.tables, transactions, FORMATS,
                                    min_lsn={t.capture_instance: transactions[0].begin_lsn for t in self.tables} if first else None)
 
     def path(self, table: str) -> Path:

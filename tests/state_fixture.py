@@ -99,7 +99,7 @@ def write(layout: int) -> Path:
             land_changes(pipeline, sim, txs[start:end], batch, first=batch == "b1")
             _settle(pipeline.landing)
             pipeline.run(strict=True)
-        landing_writer.write_batch(root / "pending", "b3", CHANGE_TABLES, txs[LANDED[1]:], FORMATS, spark=spark)
+        landing_writer.write_batch(root / "pending", "b3", CHANGE_TABLES, txs[LANDED[1]:], FORMATS)
         _settle(root / "pending")
         warehouse = work / "state" / "warehouse"
         catalog = _catalog(spark, [schema(layout), schema(layout) + "_raw"], warehouse)

@@ -90,7 +90,7 @@ def test_a_table_switched_to_a_new_capture_instance_with_an_added_column(spark, 
     p1 = sim.run(30)
     landing_writer.write_captured_columns(landing, [old])
     landing_writer.write_change_tables(landing, "m0", [old], {"dbo_members": p1[0].begin_lsn})
-    landing_writer.write_batch(landing, "b0", [old], p1[:15], {"members": "parquet"}, spark=spark,
+    landing_writer.write_batch(landing, "b0", [old], p1[:15], {"members": "parquet"},
                                manifest=(None, p1[14].commit_lsn))
     _run(pipeline)
     check_marts(pipeline, sim, p1[14].commit_lsn, tables=[table_old], transactions=_expected([(p1, set(OLD))]))
@@ -107,9 +107,9 @@ def test_a_table_switched_to_a_new_capture_instance_with_an_added_column(spark, 
     landing_writer.write_captured_columns(landing, [old, new], "m1")
     landing_writer.write_change_tables(landing, "m1", [old, new], {"dbo_members": p1[0].begin_lsn,
                                                                    "dbo_members_v2": p2[0].begin_lsn})
-    landing_writer.write_batch(landing, "b1", [old], [*p1[15:], *_project_rows(p2[:12], both, old)], {}, spark=spark,
+    landing_writer.write_batch(landing, "b1", [old], [*p1[15:], *_project_rows(p2[:12], both, old)], {},
                                manifest=(p1[14].commit_lsn, p2[11].commit_lsn))
-    landing_writer.write_export(landing, "b1", new, _project_rows(p2[:12], both, new), "parquet", spark,
+    landing_writer.write_export(landing, "b1", new, _project_rows(p2[:12], both, new), "parquet",
                                 after=p1[-1].commit_lsn, through=p2[11].commit_lsn)
     _run(pipeline)
     table = _spec(TABLE)
@@ -146,7 +146,7 @@ def test_a_table_switched_to_a_new_capture_instance_with_an_added_column(spark, 
     # 5. declared dropped, it no longer holds the cut
     _declare(project, [{"name": "dbo_members", "columns": OLD, "dropped": True},
                        {"name": "dbo_members_v2", "columns": NEW}])
-    landing_writer.write_batch(landing, "b4", [new], p3[20:], {"members": "parquet"}, spark=spark,
+    landing_writer.write_batch(landing, "b4", [new], p3[20:], {"members": "parquet"},
                                manifest=(p3[19].commit_lsn, p3[-1].commit_lsn))
     output = _run(pipeline)
     assert "cut held back" not in output, output[-2000:]

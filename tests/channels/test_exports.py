@@ -177,7 +177,7 @@ def test_a_lagging_export_holds_the_cut_and_loses_nothing_and_a_cut_file_is_refu
     landing_writer.write_change_tables(pipeline.landing, "m0", TABLES, {t.capture_instance: steps[0][0].begin_lsn for t in TABLES})
 
     def export(table, k, **kw):
-        landing_writer.write_export(pipeline.landing, f"e{k + 1}", table, steps[k], FORMATS[table.name], spark,
+        landing_writer.write_export(pipeline.landing, f"e{k + 1}", table, steps[k], FORMATS[table.name],
                                     after=through[k - 1] if k else None, through=through[k], **kw)
 
     for k in range(5):

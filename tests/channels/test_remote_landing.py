@@ -220,7 +220,7 @@ def test_an_s3_folder_lands_waits_and_refuses_as_the_same_local_folder_and_its_b
     sim = Simulator(CHANGE_TABLES, seed=43)
     first = sim.run(25)
     landing_writer.write_captured_columns(local, CHANGE_TABLES)
-    landing_writer.write_batch(local, "b1", CHANGE_TABLES, first, FORMATS, spark=spark,
+    landing_writer.write_batch(local, "b1", CHANGE_TABLES, first, FORMATS,
                                min_lsn={t.capture_instance: first[0].begin_lsn for t in CHANGE_TABLES})
     _put(client, bucket, local, "landing")
     out = io.StringIO()
@@ -229,7 +229,7 @@ def test_an_s3_folder_lands_waits_and_refuses_as_the_same_local_folder_and_its_b
     check_marts(pipeline, sim, first[-1].commit_lsn, transactions=first)
 
     second = sim.run(15)
-    landing_writer.write_batch(local, "b2", CHANGE_TABLES, second, FORMATS, spark=spark)
+    landing_writer.write_batch(local, "b2", CHANGE_TABLES, second, FORMATS)
     csv = next((local / "change_tables").rglob("b2*.csv"))
     whole = csv.read_bytes()
     csv.write_bytes(whole[:len(whole) * 2 // 3])
@@ -278,7 +278,7 @@ def test_runner_processes_land_from_hdfs_through_a_kill_and_keep_secrets(spark, 
     def land(batch: str, transactions, first: bool = False) -> None:
         if first:
             landing_writer.write_captured_columns(local, CHANGE_TABLES)
-        landing_writer.write_batch(local, batch, CHANGE_TABLES, transactions, FORMATS, spark=spark,
+        landing_writer.write_batch(local, batch, CHANGE_TABLES, transactions, FORMATS,
                                    min_lsn={t.capture_instance: transactions[0].begin_lsn for t in CHANGE_TABLES}
                                    if first else None)
 

@@ -41,12 +41,12 @@ def test_an_initial_snapshot_then_a_gap_remedied_by_a_new_snapshot(pipeline, mon
     before = sim.run(25)
     s1, at_s1 = before[-1].commit_lsn, copy.deepcopy(sim.state)
     landing_writer.write_captured_columns(landing, TABLES)
-    landing_writer.write_batch(landing, "b0", TABLES, before, FORMATS, spark=pipeline.spark,
+    landing_writer.write_batch(landing, "b0", TABLES, before, FORMATS,
                                min_lsn={t.capture_instance: before[0].begin_lsn for t in TABLES})
     for spec in TABLES:
         landing_writer.write_snapshot(landing, "s1", spec, list(at_s1[spec.name].values()), s1)
     after = sim.run(20)
-    landing_writer.write_batch(landing, "b1", TABLES, after, FORMATS, spark=pipeline.spark)
+    landing_writer.write_batch(landing, "b1", TABLES, after, FORMATS)
 
     pipeline.run()
 
@@ -60,7 +60,7 @@ def test_an_initial_snapshot_then_a_gap_remedied_by_a_new_snapshot(pipeline, mon
     s2, at_s2 = lost[-1].commit_lsn, copy.deepcopy(sim.state)
     landing_writer.write_batch(landing, "b2", [], [], {}, mapped=lost)
     later = sim.run(15)
-    landing_writer.write_batch(landing, "b3", TABLES, later, FORMATS, spark=pipeline.spark,
+    landing_writer.write_batch(landing, "b3", TABLES, later, FORMATS,
                                min_lsn={t.capture_instance: s2 + 1 for t in TABLES})
     with pytest.raises(PipelineFailed, match="gap detected for tracked table customers.*Land a snapshot of customers"):
         pipeline.run()

@@ -72,7 +72,7 @@ def test_columns_with_any_source_name_build_the_same_marts_on_every_channel(spar
     txs = sim.run(40)
     assert {r.operation for tx in txs for r in tx.changes.get("odd", [])} == {1, 2, 3, 4}
     landing_writer.write_captured_columns(landing, [ODD])
-    landing_writer.write_batch(landing, "b1", [ODD], txs, {"odd": "parquet"}, spark=spark,
+    landing_writer.write_batch(landing, "b1", [ODD], txs, {"odd": "parquet"},
                                min_lsn={"dbo_odd": txs[0].begin_lsn})
     ces_writer.write_lines(landing / "ces" / "shop" / "b1.jsonl",
                            ces_writer.table_events(ODD_CES, txs, ces_writer.CesOptions(old_values=True)))

@@ -116,7 +116,7 @@ def test_two_databases_sharing_a_capture_instance_apply_in_their_own_lsn_spaces_
     assert summary["crm_customers"]["lag_seconds"] > 0 and summary["erp_customers"]["lag_seconds"] == 0
 
     # batch 3: crm's export lands; crm catches up, erp has nothing new
-    landing_writer.write_export(_folder(pipeline, "crm"), "b3", crm, crm_txs, "csv", None, uppers["crm"], crm_txs[-1].commit_lsn)
+    landing_writer.write_export(_folder(pipeline, "crm"), "b3", crm, crm_txs, "csv", uppers["crm"], crm_txs[-1].commit_lsn)
     summary = {r["tracked_table"]: r for r in pipeline.run()}
     _check(pipeline, crm, sims["crm"], crm_txs[-1].commit_lsn)
     _check(pipeline, erp, sims["erp"], erp_txs[-1].commit_lsn)

@@ -37,12 +37,12 @@ def test_batch_boundary_inside_a_transaction_waits_for_its_commit(pipeline):
     head, tail = _split(big, 3)
     landing_writer.write_captured_columns(pipeline.landing, TABLES)
     # batch 1: 30 transactions and the first rows of a 31st whose commit is not mapped yet
-    landing_writer.write_batch(pipeline.landing, "b1", TABLES, [*txs, head], FORMATS, spark=pipeline.spark,
+    landing_writer.write_batch(pipeline.landing, "b1", TABLES, [*txs, head], FORMATS,
                                min_lsn={t.capture_instance: txs[0].begin_lsn for t in TABLES}, mapped=txs)
     summary = pipeline.run()
     assert {r["lsn_reached"] for r in summary if r["tracked_table"] in NAMES} == {lsn_hex(txs[-1].commit_lsn)}
     check_marts(pipeline, sim, txs[-1].commit_lsn)
-    landing_writer.write_batch(pipeline.landing, "b2", TABLES, [tail], FORMATS, spark=pipeline.spark, mapped=[big])
+    landing_writer.write_batch(pipeline.landing, "b2", TABLES, [tail], FORMATS, mapped=[big])
     pipeline.run()
     check_marts(pipeline, sim, big.commit_lsn)
 
@@ -78,7 +78,7 @@ def test_gap_stops_the_run_naming_table_range_and_remedy(pipeline):
     # The mart fell behind: cleanup moved the low end of dbo_customers past changes never landed.
     lost = sim.run(10)
     later = sim.run(10)
-    landing_writer.write_batch(pipeline.landing, "b3", TABLES, later, FORMATS, spark=pipeline.spark,
+    landing_writer.write_batch(pipeline.landing, "b3", TABLES, later, FORMATS,
                                min_lsn={t.capture_instance: later[0].begin_lsn for t in TABLES})
     with pytest.raises(PipelineFailed) as failure:
         pipeline.run()

@@ -99,7 +99,7 @@ def test_a_newcomer_gets_from_a_fresh_clone_to_their_own_tables(spark, tmp_path,
     # batch 1, run as README shows it: the invoice lines' export lands too, though not declared yet
     schema = "n_" + uuid.uuid4().hex[:8]
     pipeline = Pipeline(spark, schema, landing, project_dir=project)  # sets the schema the profile reads
-    landing_writer.write_batch(landing, "b1", TABLES, txs[:25], FORMATS, spark=spark)
+    landing_writer.write_batch(landing, "b1", TABLES, txs[:25], FORMATS)
     assert cli.main([*shlex.split(run)[3:], *here]) == 0
     capfd.readouterr()
     check_marts(pipeline, sim, txs[24].commit_lsn, tables=[LEDGER], transactions=txs[:25])
@@ -117,7 +117,7 @@ def test_a_newcomer_gets_from_a_fresh_clone_to_their_own_tables(spark, tmp_path,
     assert {p: p.read_bytes() for p in files} == files
 
     # batch 2 with export manifests; a later export of the ledger without one waits, named with the remedy
-    landing_writer.write_batch(landing, "b2", TABLES, txs[25:50], FORMATS, spark=spark,
+    landing_writer.write_batch(landing, "b2", TABLES, txs[25:50], FORMATS,
                                manifest=(txs[24].commit_lsn, txs[49].commit_lsn))
     landing_writer.write_export(landing, "b3", LEDGER, txs[50:], "csv")
     assert cli.main([*shlex.split(run)[3:], *here]) == 0

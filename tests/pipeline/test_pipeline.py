@@ -217,7 +217,7 @@ def test_changes_landed_twice_apply_once_and_a_corrected_reexport_applies_its_mi
     # re-export of rows already landed rebuilds nothing
     txs = sim.run(20)
     hole = next(tx for tx in txs[:-1] if tx.changes.get("customers"))
-    landing_writer.write_batch(pipeline.landing, "b4", TABLES, txs, FORMATS, spark=pipeline.spark,
+    landing_writer.write_batch(pipeline.landing, "b4", TABLES, txs, FORMATS,
                                mapped=[tx for tx in txs if tx is not hole])
     pipeline.run()
     untimed = "select count(*) as n from {s}.customers_history where valid_from is null or (valid_to is null and not is_current)"

@@ -96,7 +96,7 @@ def test_scaffold_declares_the_demo_tables_from_their_landed_metadata(spark, tmp
     pipeline = Pipeline(spark, "s_" + uuid.uuid4().hex[:8], landing, project_dir=project)
     sim = Simulator(TABLES, seed=29)
     txs = sim.run(30)
-    landing_writer.write_batch(landing, "b1", TABLES, txs, FORMATS, spark=spark)
+    landing_writer.write_batch(landing, "b1", TABLES, txs, FORMATS)
     pipeline.run()
     check_marts(pipeline, sim, txs[-1].commit_lsn)
 
