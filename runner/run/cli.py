@@ -12,8 +12,6 @@ import argparse
 import threading
 import time
 import uuid
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -464,7 +462,8 @@ def main(argv: list[str] | None = None, kafka_sources: list | None = None, clock
                 parse_project(args, target)
                 return _serve(args, target, held, kafka_sources, progress)
             if args.command in ("maintain", "status"):
-                start_spark(args, target, held, progress, [], beside=lambda: parse_project(args, target))
+                parse_project(args, target)
+                start_spark(args, target, held, progress, [])
                 return _maintain(args, target, progress)
             listed = None
             if args.command != "audit" and not through_spark and not (kafka_sources and not folder.exists()):
@@ -474,8 +473,8 @@ def main(argv: list[str] | None = None, kafka_sources: list | None = None, clock
             if last_run and unchanged(last_run, progress):
                 progress.step("OK")
                 return EXIT_OK
-            folder, first_listing = start_spark(args, target, held, progress, kafka_sources,
-                                                beside=lambda: parse_project(args, target))
+            parse_project(args, target)
+            folder, first_listing = start_spark(args, target, held, progress, kafka_sources)
             if args.command == "audit":
                 return _audit(args, target, progress)
             run_once(args, target, folder, kafka_sources, progress, first_listing or listed, last_run)
@@ -528,10 +527,10 @@ def _interrupt_connect(target) -> str:
 
 
 def parse_project(args, target) -> None:
-    """Parses the project before anything lands, so a project that does not parse (a declaration dbt
-    refuses, a model that does not compile) is refused with dbt's whole message (UsageError). The
-    parse is kept for the run (runner/run/dbt.py: the same project files, target and vars parse
-    once per process)."""
+    """Parses the project before Spark starts, so a project that does not parse (a declaration dbt
+    refuses, a model that does not compile) is refused with dbt's whole message before anything
+    lands (UsageError). The parse is kept for the run (runner/run/dbt.py: the same project files,
+    target and vars parse once per process)."""
     Dbt(args.project_dir, target.name, _dbt_vars(args, target)).parse()
 
 
@@ -554,15 +553,13 @@ def unchanged(last_run: LastRun, progress, resident: bool = False) -> bool:
     return False
 
 
-def start_spark(args, target, held: RunnerLock, progress, kafka_sources: list,
-                beside: Callable[[], None] = lambda: None) -> tuple[Folder, dict | None]:
-    """Starts the target's SparkSession (a session target; dbt-spark's session method reuses it)
-    while `beside` runs (the project's parse), recording its JVM in the lock; returns the landing
-    folder (a URI on a session target is listed through Hadoop in that session,
-    runner/sources/folders.py) and, for such a URI, its first listing."""
+def start_spark(args, target, held: RunnerLock, progress, kafka_sources: list) -> tuple[Folder, dict | None]:
+    """Starts the target's SparkSession (a session target; dbt-spark's session method reuses it),
+    recording its JVM in the lock; returns the landing folder (a URI on a session target is listed
+    through Hadoop in that session, runner/sources/folders.py) and, for such a URI, its first
+    listing."""
     folder = open_folder(_landing_dir(args), hadoop=target.owns_jvm)
     if target.method != "session":
-        beside()
         progress.step(f"target {target.name}: sending SQL to Spark through dbt-spark method {target.method}")
         return folder, None
     if stopped := held.stop_orphan_jvm():
@@ -570,29 +567,13 @@ def start_spark(args, target, held: RunnerLock, progress, kafka_sources: list,
     master = target.spark_conf.get("spark.master", "local")
     on = f", Spark Connect {target.remote}" if target.remote else "" if master.startswith("local") else f", master {master}"
     progress.step(f"starting Spark (target {target.name}{on})")
-    spark = started_beside(lambda: create_session(target, args.project_dir), beside)
+    spark = create_session(target, args.project_dir)
     if not target.remote:  # a Connect session's JVM is the server's
         held.record_jvm(spark._jvm.java.lang.ProcessHandle.current().pid())
     if args.command in ("run", "serve") and is_uri(_landing_dir(args)) and target.owns_jvm:
         folder = open_folder(_landing_dir(args), spark)
         return folder, (landing.listing(folder) if folder.exists() or not kafka_sources else None)
     return folder, None
-
-
-def started_beside(start: Callable[[], object], work: Callable[[], None]) -> object:
-    """What start() returns, while work() runs in a thread: a cold run's JVM starts on one core while
-    dbt parses the project, which is Python, on the other (about 5 s of a cold run each;
-    docs/performance.md "The first run"). The session starts in this thread, whose Spark session is
-    then the active one. work's error is raised before start's (the parse's refusal is what a
-    project that does not parse is told, as when it parsed first); a session started meanwhile is
-    left to this process (the JVM PySpark launched ends with it)."""
-    with ThreadPoolExecutor(1, thread_name_prefix="dbt-parse") as pool:
-        worked = pool.submit(work)
-        try:
-            started = start()
-        finally:
-            worked.result()
-        return started
 
 
 def run_once(args, target, folder: Folder, kafka_sources: list, progress, listed: dict | None,

@@ -56,13 +56,15 @@ def create_session(target: Target, project_dir: Path):
     builder = builder.config("spark.jars", jars.jar_list())
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     state_dir(project_dir).mkdir(parents=True, exist_ok=True)
+    cwd = Path.cwd()
     try:
-        # the JVM's working folder is the project: relative state paths in the profile are relative
-        # to it (this process's own stays as it is: the runner parses the project meanwhile)
-        launch_jvm(builder, cwd=project_dir)
+        os.chdir(project_dir)  # relative state paths in the profile are relative to the project
+        launch_jvm(builder)
         spark = builder.getOrCreate()
     except Exception as exc:  # Spark start-up fails in many ways; all are infrastructure
         raise InfrastructureError(f"Spark did not start: {exc}".splitlines()[0]) from exc
+    finally:
+        os.chdir(cwd)
     spark.sparkContext.setLogLevel("ERROR")
     # PySpark 4 logs every failed statement with its JVM stack trace as JSON; dbt already
     # reports the error of a failing model in one readable block.
@@ -76,11 +78,11 @@ def create_session(target: Target, project_dir: Path):
 JVM_NOTICES = frozenset({"WARNING: Using incubator modules: jdk.incubator.vector"})
 
 
-def launch_jvm(builder, cwd: Path | None = None) -> None:
+def launch_jvm(builder) -> None:
     """Starts the JVM the builder's session will use, as builder.getOrCreate would (Spark's launcher
-    with the builder's settings), in folder `cwd` (default: this process's), unless one runs, with
-    its standard error passed on line by line but JVM_NOTICES: everything else the JVM prints
-    (Spark's log, a failed start) still reaches this process's standard error."""
+    with the builder's settings), unless one runs, with its standard error passed on line by line
+    but JVM_NOTICES: everything else the JVM prints (Spark's log, a failed start) still reaches
+    this process's standard error."""
     from pyspark import SparkConf, SparkContext
     from pyspark.java_gateway import launch_gateway
 
@@ -92,7 +94,7 @@ def launch_jvm(builder, cwd: Path | None = None) -> None:
     read, write = os.pipe()
     threading.Thread(target=pass_on, args=(read,), name="jvm-stderr", daemon=True).start()
     try:
-        gateway = launch_gateway(conf, popen_kwargs={"stderr": write, **({"cwd": str(cwd)} if cwd else {})})
+        gateway = launch_gateway(conf, popen_kwargs={"stderr": write})
     finally:
         os.close(write)  # the JVM holds its own copy; the reader ends when the JVM does
     SparkContext._ensure_initialized(gateway=gateway)
@@ -148,9 +150,8 @@ def _connect(target: Target):
 
 
 def create_file_writer_session():
-    """A plain local SparkSession (no metastore, no UI) for the tooling's own reads and writes, not
-    the pipeline's: scaffold's reads of the metadata exports, the demo's Kafka events when the
-    pipeline runs on a cluster."""
+    """A plain local SparkSession (no metastore, no UI) for writing landing files only, e.g. the
+    demo data when the pipeline runs on a cluster."""
     check_java()
     from pyspark.sql import SparkSession
 
