@@ -18,7 +18,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from runner.spark import jars
-from tests.conftest import copy_project
+from tests.conftest import PROJECT_DIR, copy_project
 
 # what reads as a fault or a warning, whoever wrote it
 ALARMING = re.compile(r"warn|error|exception|traceback|deprecat|fail|careful|\*\*\*|!!", re.IGNORECASE)
@@ -115,3 +115,27 @@ def test_make_demos_install_imports_every_module_of_the_package():
     imported = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=False, timeout=300)
     assert imported.returncode == 0, imported.stderr[-3000:]
     assert int(imported.stdout.split()[-1]) >= 30  # runner's, the simulator's and the tooling's modules
+
+
+def test_make_installs_pyprojects_own_spark_requirements_first_and_fetches_the_jars_beside_the_rest(tmp_path):
+    """The Makefile's install (its stamp's recipe, printed by `make -n` for a virtual environment
+    that does not exist): PySpark and Delta's Python package first, exactly as pyproject.toml requires
+    them (the Makefile reads them from it) and with PySpark's wheel built uncompressed; then the jars'
+    resolution in the background while pip installs the package, and the recipe fails when either
+    did. About a second."""
+    import shlex
+
+    import tomllib  # Python 3.11's
+
+    venv = tmp_path / "venv"
+    printed = subprocess.run(["make", "-n", "-C", str(PROJECT_DIR), f"VENV={venv}", f"{venv}/.installed"],
+                             capture_output=True, text=True, check=True, timeout=60).stdout
+    commands = [line for line in printed.splitlines() if f"{venv}/bin/python -m" in line]
+    first = next(line for line in commands if "--compression=stored" in line)
+    declared = tomllib.loads((PROJECT_DIR / "pyproject.toml").read_text())["project"]["dependencies"]
+    spark_side = [r for r in declared if canonicalize_name(Requirement(r).name) in ("pyspark", "delta-spark")]
+    assert len(spark_side) == 2
+    assert [w for w in shlex.split(first) if w[0].isalpha() and "=" in w] == spark_side
+    rest = commands[commands.index(first) + 1]
+    assert "runner.spark.jars &" in rest and "pip install --quiet -e ." in rest
+    assert "test $installed = 0 && test $fetched = 0" in printed
