@@ -37,7 +37,8 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet --config-settings=--build-option=--compression=stored $(foreach r,$(SPARK_REQUIREMENTS),'$(r)')
-	$(PY) -m runner.spark.jars & jars=$$!; $(PY) -m pip install --quiet -e .; installed=$$?; \
+	@echo "$(PY) -m pip install --quiet -e . (and $(PY) -m runner.spark.jars beside it)"
+	@$(PY) -m runner.spark.jars & jars=$$!; $(PY) -m pip install --quiet -e .; installed=$$?; \
 		wait $$jars; fetched=$$?; test $$installed = 0 && test $$fetched = 0
 	touch $(STAMP)
 
