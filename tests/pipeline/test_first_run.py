@@ -118,24 +118,48 @@ def test_make_demos_install_imports_every_module_of_the_package():
 
 
 def test_make_installs_pyprojects_own_spark_requirements_first_and_fetches_the_jars_beside_the_rest(tmp_path):
-    """The Makefile's install (its stamp's recipe, printed by `make -n` for a virtual environment
-    that does not exist): PySpark and Delta's Python package first, exactly as pyproject.toml requires
-    them (the Makefile reads them from it) and with PySpark's wheel built uncompressed; then the jars'
-    resolution in the background while pip installs the package, and the recipe fails when either
-    did. About a second."""
+    """The Makefile's install (its stamp's recipe, run for real with a stand-in for the virtual
+    environment's python that records its calls): PySpark and Delta's Python package first, exactly
+    as pyproject.toml requires them (the Makefile reads them from it) and with PySpark's wheel built
+    uncompressed; then the jars' resolution and pip's install of the package at the same time (the
+    stand-in's jar step waits for pip's call to begin: one after the other, it fails); a failure of
+    either fails the recipe and leaves no stamp. About a second."""
     import shlex
 
     import tomllib  # Python 3.11's
 
-    venv = tmp_path / "venv"
-    printed = subprocess.run(["make", "-n", "-C", str(PROJECT_DIR), f"VENV={venv}", f"{venv}/.installed"],
-                             capture_output=True, text=True, check=True, timeout=60).stdout
-    commands = [line for line in printed.splitlines() if f"{venv}/bin/python -m" in line]
-    first = next(line for line in commands if "--compression=stored" in line)
+    venv, log = tmp_path / "venv", tmp_path / "calls"
+    (venv / "bin").mkdir(parents=True)
+    python = venv / "bin" / "python"
+    python.write_text(textwrap.dedent(f"""\
+        #!/bin/sh
+        echo "$*" >> {log}
+        case "$*" in
+          *runner.spark.jars*)
+            i=0; until grep -q -- "-e ." {log}; do i=$((i+1)); [ $i -gt 200 ] && exit 3; sleep 0.05; done
+            exit ${{FAIL_JARS:-0}};;
+          *"-e ."*) exit ${{FAIL_PIP:-0}};;
+        esac
+        """))
+    python.chmod(0o755)
+
+    def install(**fail: str) -> subprocess.CompletedProcess:
+        log.write_text("")
+        (venv / ".installed").unlink(missing_ok=True)
+        return subprocess.run(["make", "-s", "-C", str(PROJECT_DIR), "PYTHON=true", f"VENV={venv}", f"{venv}/.installed"],
+                              capture_output=True, text=True, check=False, timeout=60, env={**os.environ, **fail})
+
+    done = install()
+    assert done.returncode == 0, done.stdout + done.stderr
+    calls = log.read_text().splitlines()
     declared = tomllib.loads((PROJECT_DIR / "pyproject.toml").read_text())["project"]["dependencies"]
     spark_side = [r for r in declared if canonicalize_name(Requirement(r).name) in ("pyspark", "delta-spark")]
     assert len(spark_side) == 2
-    assert [w for w in shlex.split(first) if w[0].isalpha() and "=" in w] == spark_side
-    rest = next(line for line in commands if "runner.spark.jars &" in line)
-    assert commands.index(first) < commands.index(rest) and "pip install --quiet -e ." in rest
-    assert "test $installed = 0 && test $fetched = 0" in printed
+    assert calls[0] == "-m pip install --quiet --upgrade pip"
+    assert shlex.split(calls[1]) == ["-m", "pip", "install", "--quiet",
+                                     "--config-settings=--build-option=--compression=stored", *spark_side]
+    assert sorted(calls[2:]) == ["-m pip install --quiet -e .", "-m runner.spark.jars"]
+    assert (venv / ".installed").exists()
+    for failing in ("FAIL_JARS", "FAIL_PIP"):
+        failed = install(**{failing: "1"})
+        assert failed.returncode != 0 and not (venv / ".installed").exists(), failing
