@@ -53,7 +53,7 @@ lint: $(DEV_STAMP)
 	$(PY) -m ruff check runner cdc_simulator cdc_tooling tests
 	$(VENV)/bin/sqlfluff lint models
 
-bench: check-java $(STAMP)
+bench: check-java $(DEV_STAMP)
 	$(PY) -m cdc_tooling bench $(BENCH_ARGS)
 
 docs: check-java $(STAMP)
