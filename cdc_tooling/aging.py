@@ -1,40 +1,56 @@
 """The benchmark's aging phase's generated runs (`--phases aging`, driven by cdc_tooling/bench.py
-aging_phases; docs/performance.md "Maintenance"): what thousands of
-small runs do to the tables the runner writes, with and without maintenance, and with Delta's
-auto compaction instead.
+aging_phases; docs/performance.md "Maintenance"): what thousands of small runs do to the tables the
+runner writes, with and without maintenance, and with Delta's auto compaction instead.
 
-A real run of `aging_tables` tables is too slow to repeat thousands of times here (10 s and more
-on two cores, most of it planning and checks), so the aging is made by **a run's commits without
-the run**: after an initial load and one real run of a batch of `many_batch` changes on every table
-through the runner (whose commits are the template), each generated run makes, per table, the
-commits that run made, of the same size and shape: the raw table's append of the batch's landed
-rows, the staging table's append of its typed rows, the history mart's MERGE (the touched keys'
-open versions closed, a new version each: a deletion vector on the file holding them and a new
-file), the current-state mart's MERGE (the keys updated: a deletion vector and a new file); then
-the run ledger's append and the watermark table's rewrite (its staging watermarks moved to the
-generated batch, so the raw retention takes in what a run would let it). `equal_commits`
-compares each commit of generated run 1 (on the template's copy, so on the same table as the real
-run's) on its Delta operation metrics (files and deletion vectors added and removed, rows) with
-the real run's: the report says whether they are equal.
+A real run is too slow to repeat thousands of times here (about 19 s on two cores, most of it
+planning and checks), so the aging is made by **a run's commits without the run**: after an
+initial load and one real run of a batch of `many_batch` changes on every table through the runner
+(whose commits are the template), each generated run makes, per table, the commits that run made,
+of the same size and shape: the raw table's append of the batch's landed rows (a file per landed
+file and one for the landed-file records), the lsn_time_mapping staging's insert-only MERGE, the
+staging table's append of its typed rows, the history mart's MERGE (the touched keys' open
+versions closed, a new version each: a deletion vector on each file holding them and a new file),
+the current-state mart's MERGE (the keys updated: the same), the run ledger's append and the
+watermark table's rewrite (its staging watermarks moved to the generated batch, so the raw
+retention takes in what a run would let it).
 
-Variants, each on a copy of the same warehouse (a schema of its own):
+A generated run is made one of two ways, to the same commits:
+- **by Spark** (`Template.statements`): the commits as SQL statements (MERGE, INSERT), about 9 s a
+  run on two cores. The runs that are timed (41-60, "at run 50", and the last 20) are made this
+  way, and run 1, which `equal_commits` compares with the real run;
+- **by the writer** (`Generator`, cdc_tooling/delta_writer.py): the same rows written with pyarrow,
+  the deletion vectors in Delta's format, each commit made by Delta's own transaction (its log
+  entry, checksum and checkpoints as Delta writes them), about 1.5 s a run: every other run.
+  `writer_equal` shows the two equal: from one state, the writer on one copy and Spark on another
+  make runs 2 to 4, and each commit's files, deletion vectors and rows (Delta's operation metrics)
+  and every table's rows must be the same.
+
+Every variant starts from a copy of the warehouse's folders as the real run found them
+(`snapshot`), so generated run 1 updates the real run's own keys in the same files; every later
+run updates as many keys drawn at random (seeded by the run), as a real batch's fall in the table's
+files. Variants, each on a copy (a schema of its own):
 - `none`: `aging_runs` generated runs, no maintenance;
 - `maintained`: the same runs, a maintenance pass (runner/run/maintain.py, the one `serve` makes)
   every `aging_pass_every` runs (12: hourly, for five-minute runs), with the retention passed at
   once (`retention_hours` 0, the raw retention a second) so that the storage figures are those
   after the retention;
-- `auto`: `aging_auto_runs` generated runs with Delta's auto compaction on (its post-commit hook).
+- `auto`: `aging_auto_runs` generated runs by Spark with Delta's auto compaction on (its
+  post-commit hook runs only after Spark's own writes).
 
-Reported per variant: a run's cost (the sum of its commits' seconds: the median of runs 41-60 and
-of the last 20), files per table, live bytes against the bytes on disk (data and log), the passes'
-seconds and the longest maintenance of one table. The variants' marts must be equal row for row
-(maintenance changes no row) and hold what the generated runs wrote (`reference_equal`)."""
+Reported per variant: a run's cost (the sum of its commits' seconds, by Spark: the median of runs
+41-60 and of the last 20), files per table, live bytes against the bytes on disk (data and log),
+the passes' seconds and the longest maintenance of one table. The variants' marts must be equal
+row for row (maintenance changes no row) and hold what the generated runs wrote
+(`reference_equal`)."""
 
 from __future__ import annotations
 
 import io
 import os
+import random
+import shutil
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 from runner.run import report
@@ -42,94 +58,136 @@ from runner.run import report
 VARIANTS = ("none", "maintained", "auto")
 MEASURED = (41, 60)  # runs whose median is "at run 50"
 LAST = 20  # the last runs whose median is "at the end"
+WRITER_CHECKED = (2, 4)  # the runs writer_equal compares, made by the writer and by Spark from one state
 # the file of the raw table a landed row's run writes it to: one per landed file, one for the records
 LANDED_FILE = "case when landing_kind = 'landed_files' then '' else _source_file end"
 SETTINGS = {"compact_after_files": 32, "retention_hours": 0, "vacuum_every_hours": 0.0001,
             "raw_retention_days": 0.00001, "overdue_hours": 1000}
+MAPPING = "stg_cdc_metadata__lsn_time_mapping"
+# the columns a generated run stamps with the time it ran: left out where two runs are compared
+STAMPED = ("_ingested_at", "recorded_at", "valid_from", "valid_to", "commit_time", "started_at", "ended_at")
+
+
+def relations(schema: str, tables: list[str]) -> list[str]:
+    """Every table a run of `tables` writes in `schema` (and its raw schema)."""
+    names = ["cdc_runs", "cdc_watermarks", MAPPING, "stg_cdc_metadata__change_tables",
+             "stg_cdc_metadata__captured_columns"]
+    names += [n for t in tables for n in (f"stg_change_tables__{t}", f"{t}_history", f"{t}_current")]
+    return [f"{schema}.{n}" for n in names] + [f"{schema}_raw.landed_rows"]
+
+
+def _location(spark, relation: str) -> Path:
+    return Path(spark.sql(f"describe detail {relation}").collect()[0]["location"].removeprefix("file:"))
+
+
+def snapshot(spark, source: str, tables: list[str], folder: Path) -> None:
+    """The folders of the source warehouse's tables (data files, deletion vectors and Delta log)
+    copied as they are into `folder`, a table in each: the state every variant's copy starts from."""
+    shutil.rmtree(folder, ignore_errors=True)
+    for relation in relations(source, tables):
+        shutil.copytree(_location(spark, relation), folder / relation.split(".", 1)[1])
+
+
+def copy_schema(spark, tables: list[str], origin: str | Path, schema: str, folder: Path) -> None:
+    """The tables of `origin` (a schema, or a snapshot's folder) copied, folder by folder, into
+    `folder` and named in `schema` (and its raw schema): each table with its files, deletion vectors
+    and log as they are."""
+    for s in (schema, f"{schema}_raw"):
+        spark.sql(f"drop schema if exists {s} cascade")
+        spark.sql(f"create schema {s}")
+    shutil.rmtree(folder, ignore_errors=True)
+    for relation in relations(schema, tables):
+        name = relation.split(".", 1)[1]
+        where = origin / name if isinstance(origin, Path) else _location(
+            spark, relation.replace(f"{schema}.", f"{origin}.", 1).replace(f"{schema}_raw.", f"{origin}_raw.", 1))
+        shutil.copytree(where, folder / name)
+        spark.sql(f"create table {relation} using delta location '{folder / name}'")
 
 
 class Template:
-    """The warehouse the real runs made (schema `source`) and the statements of a generated run."""
+    """The warehouse the real runs made (schema `source`), the snapshot taken before its real run
+    (`snapshot`), the keys each generated run touches and its commits as Spark statements."""
 
-    def __init__(self, spark, source: str, tables: list[str], keys: int):
-        self.spark, self.source, self.tables, self.keys = spark, source, tables, keys
+    def __init__(self, spark, source: str, tables: list[str], keys: int, before: Path):
+        self.spark, self.source, self.tables, self.keys, self.before = spark, source, tables, keys, before
         raw = f"{source}_raw.landed_rows"
         self.batch = spark.sql(f"select max(_batch_id) from {raw} where landing_kind = 'change_tables'").collect()[0][0]
         self.lsn = int(spark.sql(f"select max(valid_from_lsn) from {source}.{tables[0]}_history").collect()[0][0], 16)
         self.columns = {name: spark.table(f"{source}.{name}").columns
-                        for name in ["stg_cdc_metadata__lsn_time_mapping",
-                                     *(n for t in tables for n in (f"stg_change_tables__{t}", f"{t}_history", f"{t}_current"))]}
+                        for name in [MAPPING, *(n for t in tables for n in (f"stg_change_tables__{t}", f"{t}_history",
+                                                                           f"{t}_current"))]}
         self.ledger_columns = spark.table(f"{source}.cdc_runs").columns
         # the files the real run's raw append wrote: one per landed file, one for the landed-file records
         self.raw_files = spark.sql(f"select count(distinct {LANDED_FILE}) from {raw} "
                                    f"where _batch_id = '{self.batch}'").collect()[0][0]
-        # keys alive at the start, every one touched in turn
+        # keys alive at the start (the batch updates keys: none is inserted or deleted)
         self.live = [r[0] for r in spark.sql(f"select id from {source}.{tables[0]}_current where not is_deleted "
                                              "order by id").collect()]
+        # the keys the real run updated, per table
+        self.real_keys = {t: sorted(r[0] for r in spark.sql(
+            f"select distinct id from {source}.stg_change_tables__{t} where _batch_id = '{self.batch}'").collect())
+            for t in tables}
+        self.start: dict[int, str] = {}
 
-    def touched(self, run: int) -> list[int]:
-        """The 10 keys run `run` updates: one in each tenth of the live keys, as a batch's random keys
-        fall in every file of the table (keys side by side would all fall in one), a key no earlier
-        run touched until the runs pass a tenth of the keys."""
-        step = max(len(self.live) // 10, 1)
-        return [self.live[(run + i * step) % len(self.live)] for i in range(10)]
+    def run_batch(self, run: int) -> str:
+        return f"{self.batch[:8]}T99{run:016d}Z-aging"  # above every real batch, in run order
+
+    def run_lsn(self, run: int) -> str:
+        return f"{self.lsn + 64 * run:020X}"
+
+    def touched(self, run: int, t: str) -> list[int]:
+        """The keys run `run` updates in table t: run 1 the real run's own (on the snapshot taken before
+        it, the same rows in the same files: its commits must be the real run's), every later run as
+        many keys drawn at random (seeded by the run), as a real batch's fall in the table's files."""
+        if run == 1:
+            return self.real_keys[t]
+        return sorted(random.Random(f"aging {t} {run}").sample(self.live, len(self.real_keys[t])))
 
     def relations(self, schema: str) -> list[str]:
-        names = ["cdc_runs", "cdc_watermarks", "stg_cdc_metadata__lsn_time_mapping", "stg_cdc_metadata__change_tables",
-                 "stg_cdc_metadata__captured_columns"]
-        names += [n for t in self.tables for n in (f"stg_change_tables__{t}", f"{t}_history", f"{t}_current")]
-        return [f"{schema}.{n}" for n in names] + [f"{schema}_raw.landed_rows"]
+        return relations(schema, self.tables)
 
-    def copy_to(self, schema: str) -> None:
-        """The source warehouse's tables copied into `schema` (and its raw schema), as Delta tables
-        of their own (each one commit; deletion vectors on the marts, as the runner creates them)."""
-        for s in (schema, f"{schema}_raw"):
-            self.spark.sql(f"drop schema if exists {s} cascade")
-            self.spark.sql(f"create schema {s}")
-        for relation in self.relations(schema):
-            name = relation.split(".", 1)[1]
-            origin = f"{self.source}_raw.landed_rows" if relation.endswith("_raw.landed_rows") else f"{self.source}.{name}"
-            dv = " tblproperties (delta.enableDeletionVectors = true)" if name.endswith(("_history", "_current")) else ""
-            parts = " partitioned by (landing_kind, entity)" if name == "landed_rows" else ""
-            # a mart in as many files as the origin (rows dealt round robin, as a batch's random keys
-            # fall in every file), so that a generated run's MERGEs touch as many files as the real run's
-            spread = ""
-            if dv:
-                spread = f"/*+ REPARTITION({self.spark.sql(f'describe detail {origin}').collect()[0]['numFiles']}) */ "
-            self.spark.sql(f"create table {relation} using delta{parts}{dv} as select {spread}* from {origin}")
+    def copy_to(self, schema: str, folder: Path) -> None:
+        """The snapshot's tables copied into `folder` and named in `schema`: the files, deletion
+        vectors and log the source had before its real run, so that a generated run's MERGEs find
+        the rows where the real run found them."""
+        copy_schema(self.spark, self.tables, self.before, schema, folder)
+        self.start = self.current_values(schema)
 
     def statements(self, schema: str, run: int) -> list[tuple[str, str]]:
-        """A generated run's commits, in a run's order: (table, statement)."""
-        batch = f"{self.batch[:8]}T99{run:016d}Z-aging"  # above every real batch, in run order
-        lsn = f"{self.lsn + 64 * run:020X}"
-        key_list = ", ".join(str(k) for k in self.touched(run))
+        """A generated run's commits by Spark, in a run's order: (table, statement). The appends take
+        the real run's batch from the source warehouse (the copies start before it)."""
+        batch, lsn = self.run_batch(run), self.run_lsn(run)
         raw = f"{schema}_raw.landed_rows"
         # the batch's landed rows (changes, lsn_time_mapping rows, landed-file records) in one append,
         # a file for each landed file's rows and one for the records, as landing writes them
         found = [(raw, (f"insert into {raw} select /*+ REPARTITION_BY_RANGE({self.raw_files}, landed_file) */ "
                        f"row_values, raw_text, concat(_source_file, '#{run}'), _source_size, "
                        f"_source_modified_ms, '{batch}', current_timestamp(), landing_kind, entity, source_database "
-                       f"from (select *, {LANDED_FILE} as landed_file from {raw} where _batch_id = '{self.batch}')"))]
-        mapping = "stg_cdc_metadata__lsn_time_mapping"
-        found.append((mapping, self._append(schema, mapping, batch)))
+                       f"from (select *, {LANDED_FILE} as landed_file from {self.source}_raw.landed_rows "
+                       f"where _batch_id = '{self.batch}')"))]
+        # the mapping's staging takes its rows in by an insert-only MERGE, as the real run's does
+        found.append((MAPPING, (f"merge into {schema}.{MAPPING} as t using ({self._select(MAPPING, batch)}) as s "
+                                "on false when not matched then insert *")))
         for t in self.tables:
+            key_list = ", ".join(str(k) for k in self.touched(run, t))
             staging = f"stg_change_tables__{t}"
-            found.append((staging, self._append(schema, staging, batch)))
+            found.append((staging, f"insert into {schema}.{staging} {self._select(staging, batch)}"))
             found.append((f"{t}_history", self._history_merge(schema, t, key_list, lsn, run)))
             found.append((f"{t}_current", self._current_merge(schema, t, key_list, lsn, run)))
         ledger = ", ".join(f"'{batch}' as run_id" if c == "run_id" else c for c in self.ledger_columns)
-        found.append(("cdc_runs", (f"insert into {schema}.cdc_runs select {ledger} from {schema}.cdc_runs "
-                                  f"where run_id = (select max(run_id) from {schema}.cdc_runs)")))
+        # the real run's ledger row again (the copies' last is the initial load's)
+        found.append(("cdc_runs", (f"insert into {schema}.cdc_runs select {ledger} from {self.source}.cdc_runs "
+                                  f"where run_id = (select max(run_id) from {self.source}.cdc_runs)")))
         found.append(("cdc_watermarks", (f"insert overwrite table {schema}.cdc_watermarks select model_name, watermark_lsn, "
                                         "invocation_id, current_timestamp(), case when model_name like 'stg_%' then "
                                         f"'{batch}' else watermark_batch end, declaration, source_database "
                                         f"from {schema}.cdc_watermarks")))
         return found
 
-    def _append(self, schema: str, table: str, batch: str) -> str:
-        """The append of the template batch's staged rows again, as batch `batch`."""
+    def _select(self, table: str, batch: str) -> str:
+        """The template batch's staged rows again, as batch `batch`."""
         cols = ", ".join(f"'{batch}' as _batch_id" if c == "_batch_id" else c for c in self.columns[table])
-        return f"insert into {schema}.{table} select {cols} from {schema}.{table} where _batch_id = '{self.batch}'"
+        return f"select {cols} from {self.source}.{table} where _batch_id = '{self.batch}'"
 
     def _current_merge(self, schema: str, t: str, key_list: str, lsn: str, run: int) -> str:
         values = {"c1": str(run), "commit_lsn": f"'{lsn}'", "commit_time": "current_timestamp()", "operation": "'update'"}
@@ -164,21 +222,20 @@ class Template:
         """The operation metrics of the last commit of each of table t's tables (the raw table's too)."""
         schema = schema or self.source
         found = {}
-        for name in (f"{schema}_raw.landed_rows", f"{schema}.stg_change_tables__{t}", f"{schema}.{t}_history",
-                     f"{schema}.{t}_current"):
+        for name in (f"{schema}_raw.landed_rows", f"{schema}.{MAPPING}", f"{schema}.stg_change_tables__{t}",
+                     f"{schema}.{t}_history", f"{schema}.{t}_current"):
             row = self.spark.sql(f"describe history {name} limit 1").collect()[0]
             found[name.split(".", 1)[1]] = {"operation": row["operation"], **dict(row["operationMetrics"] or {})}
         return found
 
     def marts(self, schema: str) -> dict[str, list[str]]:
-        """Every mart's rows (all columns but the times the generator stamped), sorted."""
-        found = {}
-        for t in self.tables:
-            for mart, drop in ((f"{t}_history", ("valid_from", "valid_to")), (f"{t}_current", ("commit_time",))):
-                cols = [c for c in self.columns[mart] if c not in drop]
-                found[mart] = sorted(r[0] for r in self.spark.sql(
-                    f"select to_json(struct({', '.join(cols)})) from {schema}.{mart}").collect())
-        return found
+        """Every mart's rows (all columns but the times a run stamps), sorted."""
+        return {mart: self.rows(f"{schema}.{mart}") for t in self.tables for mart in (f"{t}_history", f"{t}_current")}
+
+    def rows(self, relation: str) -> list[str]:
+        """A table's rows as sorted JSON, without the columns a run stamps with its time."""
+        cols = [c for c in self.spark.table(relation).columns if c not in STAMPED]
+        return sorted(r[0] for r in self.spark.sql(f"select to_json(struct({', '.join(cols)})) from {relation}").collect())
 
     def current_values(self, schema: str) -> dict[int, str]:
         return {r[0]: r[1] for r in self.spark.sql(
@@ -186,39 +243,218 @@ class Template:
 
     def expected_current(self, runs: int) -> dict[int, str]:
         """What the generated runs leave in the first table's current-state c1: each touched key the
-        number of the last run that touched it, the others their value at the start."""
-        values = self.current_values(self.source)
+        number of the last run that touched it, the others their value at the start (the copy's)."""
+        values = dict(self.start)
         for run in range(1, runs + 1):
-            for key in self.touched(run):
+            for key in self.touched(run, self.tables[0]):
                 values[key] = str(run)
         return values
 
 
+class Generator:
+    """Generated runs by the writer (cdc_tooling/delta_writer.py) on the copy in `schema`: the same
+    commits as Template.statements, with the template batch's rows read once from the source
+    warehouse's files and each mart's open rows indexed by key (read again whenever another writer,
+    Spark or a maintenance pass, committed to it)."""
+
+    def __init__(self, template: Template, schema: str):
+        import pyarrow.compute as pc
+
+        from cdc_tooling.delta_writer import DeltaTable
+
+        spark = template.spark
+        self.template, self.schema = template, schema
+        self.tables = {relation.split(".", 1)[1]: DeltaTable(spark, _location(spark, relation))
+                       for relation in template.relations(schema) if not relation.endswith(("_change_tables",
+                                                                                            "_captured_columns"))}
+
+        def batch_rows(table, where: str = "_batch_id"):
+            found = [table.rows(p) for p in sorted(table.files)]
+            found = [f.filter(pc.equal(f.column(where), template.batch)) for f in found]
+            return _concat([f for f in found if f.num_rows])
+
+        source = {relation.split(".", 1)[1]: DeltaTable(spark, _location(spark, relation))
+                  for relation in template.relations(template.source)
+                  if relation.endswith(("landed_rows", MAPPING, "cdc_runs")) or "stg_change_tables__" in relation}
+        raw = batch_rows(source["landed_rows"])
+        landed = [("" if kind == "landed_files" else name) for kind, name in
+                  zip(raw.column("landing_kind").to_pylist(), raw.column("_source_file").to_pylist())]
+        self.raw_parts = []  # (rows, partition values) per file the real run's raw append wrote
+        for group in sorted(set(landed)):
+            rows = raw.filter(pc.equal(_array(landed), group))
+            partition = {c: rows.column(c)[0].as_py() for c in source["landed_rows"].partition_columns}
+            self.raw_parts.append((rows, partition))
+        self.staged = {name: batch_rows(table) for name, table in source.items()
+                       if name == MAPPING or name.startswith("stg_change_tables__")}
+        ledger = _concat([source["cdc_runs"].rows(p) for p in sorted(source["cdc_runs"].files)])
+        self.ledger_row = ledger.take([pc.index(ledger.column("run_id"), pc.max(ledger.column("run_id"))).as_py()])
+        self.index: dict[str, tuple[int, dict]] = {}  # mart: (the version it was read at, {key: (path, row)})
+
+    def run(self, run: int) -> None:
+        """Generated run `run`: its commits, in a run's order."""
+        t = self.template
+        batch, lsn, now = t.run_batch(run), t.run_lsn(run), datetime.now(timezone.utc).replace(tzinfo=None)
+        raw = self.tables["landed_rows"]
+        raw.append([(_set(rows, _source_file=_suffixed(rows.column("_source_file"), f"#{run}"), _batch_id=batch,
+                          _ingested_at=now), partition) for rows, partition in self.raw_parts])
+        self.tables[MAPPING].insert_merge(_set(self.staged[MAPPING], _batch_id=batch))
+        for name in t.tables:
+            staging = f"stg_change_tables__{name}"
+            self.tables[staging].append([(_set(self.staged[staging], _batch_id=batch), None)])
+            keys = t.touched(run, name)
+            history = f"{name}_history"
+            matched, old = self._matched(history, keys, "is_current")
+            closed = _set(old, valid_to_lsn=lsn, valid_to=now, is_current=False)
+            opened = _set(old, c1=run, valid_from_lsn=lsn, valid_from=now, valid_to_lsn=None, valid_to=None,
+                          is_current=True, operation="update")
+            self._merge(history, matched, _concat([closed, opened]), updated=old.num_rows, inserted=old.num_rows,
+                        opened="is_current")
+            current = f"{name}_current"
+            matched, old = self._matched(current, keys)
+            updated = _set(old, c1=run, commit_lsn=lsn, commit_time=now, operation="update")
+            self._merge(current, matched, updated, updated=old.num_rows, inserted=0)
+        self.tables["cdc_runs"].append([(_set(self.ledger_row, run_id=batch), None)])
+        marks = self.tables["cdc_watermarks"]
+        rows = _concat([_live(marks, p) for p in sorted(marks.files)])
+        staged = [m.startswith("stg_") for m in rows.column("model_name").to_pylist()]
+        batches = [batch if s else b for s, b in zip(staged, rows.column("watermark_batch").to_pylist())]
+        marks.overwrite(_set(rows, recorded_at=now, watermark_batch=batches))
+
+    def _index(self, mart: str, open_only: str | None) -> dict:
+        """Key -> (file, row) of the mart's live rows (open versions only: `open_only` true), read
+        again when another writer committed to the mart since."""
+        table = self.tables[mart]
+        table.refresh()
+        version, index = self.index.get(mart, (-1, {}))
+        if version != table.version:
+            index = {}
+            for path in sorted(table.files):
+                rows, gone = table.rows(path), table.deleted(path)
+                flags = rows.column(open_only).to_pylist() if open_only else None
+                for i, key in enumerate(rows.column("id").to_pylist()):
+                    if i not in gone and (flags is None or flags[i]):
+                        index[key] = (path, i)
+            self.index[mart] = (table.version, index)
+        return index
+
+    def _matched(self, mart: str, keys: list[int], open_only: str | None = None):
+        """The rows of `keys` in the mart: {file: [row, ...]} and the rows themselves."""
+        index = self._index(mart, open_only)
+        matched: dict[str, list[int]] = {}
+        for key in keys:
+            path, row = index[key]
+            matched.setdefault(path, []).append(row)
+        table = self.tables[mart]
+        return matched, _concat([table.rows(p).take(rows) for p, rows in sorted(matched.items())])
+
+    def _merge(self, mart: str, matched: dict, added, updated: int, inserted: int, opened: str | None = None) -> None:
+        table = self.tables[mart]
+        _, index = self.index[mart]
+        path = table.merge(matched, added, updated=updated, inserted=inserted, source_rows=added.num_rows)
+        flags = added.column(opened).to_pylist() if opened else None
+        for i, key in enumerate(added.column("id").to_pylist()):
+            if flags is None or flags[i]:
+                index[key] = (path, i)
+        self.index[mart] = (table.version, index)
+
+
+def _array(values):
+    import pyarrow as pa
+
+    return pa.array(values)
+
+
+def _concat(tables):
+    import pyarrow as pa
+
+    return pa.concat_tables(tables, promote_options="permissive") if len(tables) != 1 else tables[0]
+
+
+def _suffixed(column, suffix: str):
+    import pyarrow.compute as pc
+
+    return pc.binary_join_element_wise(column, suffix, "")
+
+
+def _live(table, path: str):
+    """A file's rows its deletion vector leaves."""
+    rows, gone = table.rows(path), table.deleted(path)
+    return rows if not gone else rows.take([i for i in range(rows.num_rows) if i not in gone])
+
+
+def _set(rows, **values):
+    """`rows` with columns set: to one value for every row (None: null), or to a list or an Arrow
+    array of a value per row."""
+    import pyarrow as pa
+
+    for name, value in values.items():
+        at = rows.column_names.index(name)
+        field = rows.schema.field(at)
+        if isinstance(value, (pa.Array, pa.ChunkedArray)):
+            column = value.cast(field.type)
+        elif isinstance(value, list):
+            column = pa.array(value).cast(field.type)
+        elif value is None:
+            column = pa.nulls(rows.num_rows, field.type)
+        else:
+            column = pa.array([value] * rows.num_rows).cast(field.type)
+        rows = rows.set_column(at, field, column)
+    return rows
+
+
 # the operation metrics that make a commit's files and deletion vectors what they are
 SHAPE = ("numTargetFilesAdded", "numTargetFilesRemoved", "numTargetDeletionVectorsAdded", "numTargetDeletionVectorsRemoved",
-         "numTargetRowsUpdated", "numTargetRowsInserted", "numTargetRowsDeleted", "numTargetRowsCopied", "numFiles",
-         "numOutputRows")
+         "numTargetDeletionVectorsUpdated", "numTargetRowsUpdated", "numTargetRowsInserted", "numTargetRowsDeleted",
+         "numTargetRowsCopied", "numFiles", "numOutputRows", "numRemovedFiles")
 
 
 def equal_commits(real: dict, generated: dict) -> dict:
-    """Per table, the real run's last commit and a generated run's, compared on SHAPE: {table:
-    {equal, metrics: {name: (real, generated)}}}."""
+    """Per table, one run's last commit and another's, compared on SHAPE: {table: {equal, metrics:
+    {name: (real, generated)}}}."""
     found = {}
     for t, commits in real.items():
         for name, metrics in commits.items():
             mine = generated[t][name]
             shape = {k: (metrics.get(k), mine.get(k)) for k in SHAPE if k in metrics or k in mine}
+            shape["operation"] = (metrics.get("operation"), mine.get("operation"))
             found[name] = {"equal": all(a == b for a, b in shape.values()), "metrics": shape}
     return found
 
 
+def writer_equal(spark, template: Template, schema: str, folder: Path) -> dict:
+    """Runs WRITER_CHECKED made by the writer on `schema` and by Spark on a copy of it taken first
+    (schema `<schema>_spark`), compared commit by commit (equal_commits) and, after the last,
+    table by table (every row, without the columns stamped with the run's time). Leaves `schema`
+    after the writer's runs (the copy is dropped)."""
+    probe = f"{schema}_spark"
+    copy_schema(spark, template.tables, schema, probe, folder)
+    generator = Generator(template, schema)
+    commits = {}
+    for run in range(WRITER_CHECKED[0], WRITER_CHECKED[1] + 1):
+        for _, statement in template.statements(probe, run):
+            spark.sql(statement).collect()
+        generator.run(run)
+        commits[run] = equal_commits({t: template.last_commits(t, probe) for t in template.tables},
+                                     {t: template.last_commits(t, schema) for t in template.tables})
+    tables = {relation.split(".", 1)[1]: template.rows(relation) == template.rows(
+        relation.replace(f"{schema}.", f"{probe}.", 1).replace(f"{schema}_raw.", f"{probe}_raw.", 1))
+        for relation in template.relations(schema)}
+    for s in (probe, f"{probe}_raw"):
+        spark.sql(f"drop schema if exists {s} cascade")
+    shutil.rmtree(folder, ignore_errors=True)
+    equal = all(c["equal"] for run in commits.values() for c in run.values()) and all(tables.values())
+    return {"equal": equal, "runs": list(commits), "commits": commits, "tables": tables}
+
+
 def age(spark, template: Template, schema: str, runs: int, variant: str, project: Path, target, pass_every: int,
-        progress) -> dict:
-    """`runs` generated runs on `schema` (see the module's docstring); returns the variant's figures."""
+        progress, check_writer: Path | None = None) -> dict:
+    """`runs` generated runs on `schema` (see the module's docstring); returns the variant's figures.
+    check_writer: a scratch folder, where writer_equal makes runs WRITER_CHECKED (its report is the
+    figures' `writer_equal`)."""
     from runner.run.dbt import Dbt
     from runner.run.maintain import run_pass
 
-    seconds: list[float] = []
+    seconds: dict[int, float] = {}
     passes: list[float] = []
     longest = 0.0
     os.environ["SQLSERVER_CDC_SCHEMA"] = schema
@@ -228,12 +464,25 @@ def age(spark, template: Template, schema: str, runs: int, variant: str, project
     quiet = report.Progress(stream=io.StringIO())
     files_at: dict[int, dict[str, int]] = {}
     first: dict[str, dict] = {}
+    generator = None
+    checked: dict | None = None
+    timed = set(range(MEASURED[0], MEASURED[1] + 1)) | set(range(runs - LAST + 1, runs + 1)) | {1}
+    started = time.perf_counter()
     try:
         for run in range(1, runs + 1):
-            started = time.perf_counter()
-            for _, statement in template.statements(schema, run):
-                spark.sql(statement).collect()
-            seconds.append(time.perf_counter() - started)
+            if check_writer and WRITER_CHECKED[0] <= run <= WRITER_CHECKED[1]:
+                if run == WRITER_CHECKED[0]:
+                    checked = writer_equal(spark, template, schema, check_writer)
+                    progress.step(f"bench: aging: the writer's runs {WRITER_CHECKED[0]}-{WRITER_CHECKED[1]} "
+                                  f"{'equal' if checked['equal'] else 'NOT equal'} to Spark's")
+            elif run in timed or variant == "auto":
+                clock = time.perf_counter()
+                for _, statement in template.statements(schema, run):
+                    spark.sql(statement).collect()
+                seconds[run] = time.perf_counter() - clock
+            else:
+                generator = generator or Generator(template, schema)
+                generator.run(run)
             if run == 1:  # what equal_commits compares with the real run's (before any maintenance)
                 first = {t: template.last_commits(t, schema) for t in template.tables}
             if dbt is not None and run % pass_every == 0:
@@ -244,20 +493,21 @@ def age(spark, template: Template, schema: str, runs: int, variant: str, project
             if run in (MEASURED[1], runs):
                 files_at[run] = _files(spark, template, schema)
             if run % 250 == 0:
-                progress.step(f"bench: aging: {variant}: run {run:,}, the last {min(250, run)} runs' commits "
-                              f"{sum(seconds[-250:]) / len(seconds[-250:]):.2f} s on average")
+                progress.step(f"bench: aging: {variant}: run {run:,} ({time.perf_counter() - started:.0f} s)")
     finally:
         spark.conf.unset("spark.databricks.delta.autoCompact.enabled")
-    at_50 = sorted(seconds[MEASURED[0] - 1:MEASURED[1]])
-    at_end = sorted(seconds[-LAST:])
+    at_50 = sorted(s for r, s in seconds.items() if MEASURED[0] <= r <= MEASURED[1])
+    at_end = sorted(s for r, s in seconds.items() if r > runs - LAST)
     disk = _disk(spark, template, schema)
     marts = {k: v for k, v in files_at[runs].items() if k.endswith(("_history", "_current"))}
     return {
-        "run_seconds": {"at_50": at_50[len(at_50) // 2], "at_end": at_end[len(at_end) // 2], "max": max(seconds),
-                        "p95": sorted(seconds)[int(len(seconds) * 0.95)]},
-        "files_at_50": files_at.get(MEASURED[1]), "files_at_end": files_at[runs], "max_mart_files": max(marts.values()),
-        "first_commits": first, "disk": disk, "passes": len(passes), "pass_seconds_max": max(passes, default=0.0),
+        "run_seconds": {"at_50": at_50[len(at_50) // 2], "at_end": at_end[len(at_end) // 2],
+                        "max": max(seconds.values())},
+        "runs_by_spark": len(seconds), "files_at_50": files_at.get(MEASURED[1]), "files_at_end": files_at[runs],
+        "max_mart_files": max(marts.values()), "first_commits": first, "disk": disk, "passes": len(passes),
+        "pass_seconds_max": max(passes, default=0.0),
         "pass_seconds_median": sorted(passes)[len(passes) // 2] if passes else 0.0, "longest_table_maintenance": longest,
+        **({"writer_equal": checked} if checked else {}),
     }
 
 

@@ -918,7 +918,7 @@ def many_tables_phases(spark, cfg: BenchConfig, project_dir: Path, work: Path, p
 
 def aging_phases(spark, cfg, project_dir: Path, work: Path, progress) -> tuple[list, dict]:
     """The aging phase (cdc_tooling/aging.py): its phases and the `aging` section of the report."""
-    from cdc_tooling.aging import SETTINGS, VARIANTS, Template, age, equal_commits
+    from cdc_tooling.aging import SETTINGS, VARIANTS, Template, age, equal_commits, snapshot
     from runner.run.cli import run_pipeline
     from runner.spark.profile import load_target
 
@@ -936,10 +936,12 @@ def aging_phases(spark, cfg, project_dir: Path, work: Path, progress) -> tuple[l
     quiet = report.Progress(stream=io.StringIO())
     phases = [_timed(progress, "aging: initial load", len(tables) * n,
                      lambda: run_pipeline(project, target, landing, progress=quiet))]
+    before = work / "aging_before"  # the warehouse as the real run finds it, which every variant starts from
+    snapshot(spark, source, list(tables), before)
     write_workload(spark, landing, tables, n, n + b, keys, shape, "batch_template")
     phases.append(_timed(progress, f"aging: a real run of {b} changes per table (the template)", len(tables) * b,
                          lambda: run_pipeline(project, target, landing, progress=quiet)))
-    template = Template(spark, source, list(tables), keys)
+    template = Template(spark, source, list(tables), keys, before)
     real = {t: template.last_commits(t) for t in tables}
     result: dict = {"runs": cfg.aging_runs, "auto_runs": cfg.aging_auto_runs, "pass_every": cfg.aging_pass_every,
                     "tables": len(tables), "keys": keys, "batch": b, "variants": {}}
@@ -948,15 +950,19 @@ def aging_phases(spark, cfg, project_dir: Path, work: Path, progress) -> tuple[l
         if runs <= 0:
             continue
         schema = f"aging_{variant}"
-        template.copy_to(schema)
+        template.copy_to(schema, work / "aging_copies" / variant)
         progress.step(f"bench: aging: {variant}: {runs:,} generated runs")
         started = time.perf_counter()
-        figures = age(spark, template, schema, runs, variant, project, target, cfg.aging_pass_every, progress)
+        figures = age(spark, template, schema, runs, variant, project, target, cfg.aging_pass_every, progress,
+                      check_writer=work / "aging_copies" / "writer_check" if variant == "none" else None)
         phases.append(Phase(f"aging: {runs:,} generated runs ({variant})", time.perf_counter() - started,
                             runs * len(tables) * b, _aging_summary(figures)))
         first = figures.pop("first_commits")
         if variant == "none":
             figures["equal_commits"] = equal_commits(real, first)
+            # generated run 1 against the real run, the writer's runs against Spark's
+            result["template_equal"] = all(c["equal"] for c in figures["equal_commits"].values())
+            result["writer_equal"] = figures.get("writer_equal", {}).get("equal")
         result["variants"][variant] = figures
     marts = {v: template.marts(f"aging_{v}") for v in result["variants"]}
     written = template.expected_current(cfg.aging_runs)
