@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import subprocess
 import threading
@@ -76,6 +77,10 @@ def create_session(target: Target, project_dir: Path):
 # incubating vector module (for MLlib's BLAS) to every command (spark-launcher's JavaModuleOptions),
 # and the JVM has no option that keeps this notice quiet. It says nothing about the run.
 JVM_NOTICES = frozenset({"WARNING: Using incubator modules: jdk.incubator.vector"})
+# What Delta prints on the JVM's standard output (Scala's println, not its log): VACUUM's count of
+# the files it deleted, once per VACUUM of a maintenance pass, which reports the same count itself
+# (runner/run/maintain.py describe). Every other line of the JVM's standard output passes on.
+JVM_CONSOLE_NOTICES = (re.compile(r"Deleted \d+ files and directories in a total of \d+ directories\."),)
 
 
 def launch_jvm(builder) -> None:
@@ -91,21 +96,26 @@ def launch_jvm(builder) -> None:
     conf = SparkConf()  # no JVM yet: a plain dict of the builder's settings, as getOrCreate builds it
     for key, value in builder._options.items():
         conf.set(key, value)
-    read, write = os.pipe()
-    threading.Thread(target=pass_on, args=(read,), name="jvm-stderr", daemon=True).start()
+    err_read, err_write = os.pipe()
+    out_read, out_write = os.pipe()
+    threading.Thread(target=pass_on, args=(err_read, 2), name="jvm-stderr", daemon=True).start()
+    threading.Thread(target=pass_on, args=(out_read, 1, frozenset(), JVM_CONSOLE_NOTICES), name="jvm-stdout",
+                     daemon=True).start()
     try:
-        gateway = launch_gateway(conf, popen_kwargs={"stderr": write})
+        gateway = launch_gateway(conf, popen_kwargs={"stderr": err_write, "stdout": out_write})
     finally:
-        os.close(write)  # the JVM holds its own copy; the reader ends when the JVM does
+        os.close(err_write)  # the JVM holds its own copies; the readers end when the JVM does
+        os.close(out_write)
     SparkContext._ensure_initialized(gateway=gateway)
 
 
-def pass_on(read: int, out: int = 2, dropped: frozenset[str] = JVM_NOTICES) -> None:
-    """Copies the lines of the pipe `read` to the file descriptor `out` but those in `dropped`,
-    until the pipe's writers close it."""
+def pass_on(read: int, out: int = 2, dropped: frozenset[str] = JVM_NOTICES, patterns: tuple = ()) -> None:
+    """Copies the lines of the pipe `read` to the file descriptor `out` but those in `dropped` and
+    those `patterns` match whole, until the pipe's writers close it."""
     with os.fdopen(read, "rb") as lines:
         for line in lines:
-            if line.rstrip(b"\r\n").decode("utf-8", "replace") in dropped:
+            text = line.rstrip(b"\r\n").decode("utf-8", "replace")
+            if text in dropped or any(p.fullmatch(text) for p in patterns):
                 continue
             while line:
                 line = line[os.write(out, line):]

@@ -17,7 +17,7 @@ import threading
 
 import pytest
 
-from runner.spark.session import JVM_NOTICES, pass_on
+from runner.spark.session import JVM_CONSOLE_NOTICES, JVM_NOTICES, pass_on
 
 # a hang detector, not a timing: each query answers in 15-40 s on two cores
 HANG = 600
@@ -112,3 +112,17 @@ def test_the_jvms_standard_error_passes_on_but_javas_incubator_notice():
     with os.fdopen(out_read, "rb") as passed:
         assert passed.read() == (b"12:00:01 ERROR Executor: task failed\n\xff bytes\n"
                                  b"WARNING: Using incubator modules: jdk.incubator.foreign\nno newline")
+
+
+def test_the_jvms_standard_output_passes_on_but_deltas_vacuum_count():
+    """Delta prints VACUUM's count on the JVM's standard output (a maintenance pass reports it
+    itself): that line goes, every other line (a similar one among them) passes on."""
+    jvm_read, jvm_write = os.pipe()
+    out_read, out_write = os.pipe()
+    os.write(jvm_write, b"Deleted 12 files and directories in a total of 3 directories.\n"
+             b"Deleted 12 files and directories in a total of 3 directories. And more\nsomething else\n")
+    os.close(jvm_write)
+    pass_on(jvm_read, out_write, frozenset(), JVM_CONSOLE_NOTICES)
+    os.close(out_write)
+    with os.fdopen(out_read, "rb") as passed:
+        assert passed.read() == b"Deleted 12 files and directories in a total of 3 directories. And more\nsomething else\n"
