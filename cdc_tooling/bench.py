@@ -154,6 +154,7 @@ class BenchConfig:
     aging_tables: int = 1
     aging_keys: int = 20_000
     aging_pass_every: int = 12
+    aging_variants: tuple[str, ...] = ("maintained", "none", "auto")  # cdc_tooling/aging.py VARIANTS
     phases: tuple[str, ...] = ("core", "events", "big", "many", "resident", "noop", "estate")
 
     def validate(self) -> None:
@@ -181,6 +182,10 @@ class BenchConfig:
                 or self.aging_pass_every < 1:
             raise UsageError("--aging-runs must be at least 80 (run 50 is compared with the last 20), --aging-tables "
                              "1..20, --aging-keys at least 100, --aging-pass-every at least 1")
+        odd = [v for v in self.aging_variants if v not in ("maintained", "none", "auto")]
+        if odd or not self.aging_variants or len(set(self.aging_variants)) < len(self.aging_variants):
+            raise UsageError(f"--aging-variants takes each of maintained, none, auto at most once; got "
+                             f"{', '.join(self.aging_variants) or 'none'}")
         unknown = set(self.phases) - set(PHASES)
         if unknown or not self.phases:
             raise UsageError(f"--phases takes some of {', '.join(PHASES)}; got {', '.join(sorted(unknown)) or 'none'}")
@@ -945,7 +950,7 @@ def aging_phases(spark, cfg, project_dir: Path, work: Path, progress) -> tuple[l
     real = {t: template.last_commits(t) for t in tables}
     result: dict = {"runs": cfg.aging_runs, "auto_runs": cfg.aging_auto_runs, "pass_every": cfg.aging_pass_every,
                     "tables": len(tables), "keys": keys, "batch": b, "variants": {}}
-    for variant in VARIANTS:
+    for variant in (v for v in VARIANTS if v in cfg.aging_variants):
         runs = cfg.aging_auto_runs if variant == "auto" else cfg.aging_runs
         if runs <= 0:
             continue

@@ -81,6 +81,8 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--aging-keys", type=int, default=defaults.aging_keys, help="keys per table there")
     bench.add_argument("--aging-pass-every", type=int, default=defaults.aging_pass_every,
                        help="generated runs between two maintenance passes (12: hourly at five-minute runs)")
+    bench.add_argument("--aging-variants", nargs="+", default=list(defaults.aging_variants), metavar="VARIANT",
+                       help="the aging phase's copies: maintained, none, auto (default: all three, in that order)")
     bench.add_argument("--phases", nargs="+", default=list(defaults.phases), metavar="PHASE",
                        help="the phases to run: core, events (needs core), big, many, resident, noop, estate (default: "
                             "those), aging (hours: cdc_tooling/aging.py)")
@@ -151,7 +153,7 @@ def _bench(args, progress) -> int:
         estate_databases=args.estate_databases, estate_tables=args.estate_tables,
         parse_databases=_dimensions(args.parse_project)[0], parse_tables=_dimensions(args.parse_project)[1],
         aging_runs=args.aging_runs, aging_auto_runs=args.aging_auto_runs, aging_tables=args.aging_tables,
-        aging_keys=args.aging_keys, aging_pass_every=args.aging_pass_every,
+        aging_keys=args.aging_keys, aging_pass_every=args.aging_pass_every, aging_variants=tuple(args.aging_variants),
     )
     result = bench.run_bench(cfg, args.project_dir, progress)
     bench.print_report(result)

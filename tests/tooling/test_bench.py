@@ -196,6 +196,8 @@ def test_event_workload_carries_the_change_tables_changes(spark, tmp_path):
     ({"batch_fraction": 1.5}, "--batch-fraction must be in"),
     ({"state_factor": 1}, "--state-factor at least 2"),
     ({"soak_runs": 20}, "--soak-runs must be more than 20"),
+    ({"aging_variants": ("none", "daily")}, "--aging-variants takes each of maintained, none, auto at most once"),
+    ({"aging_variants": ("none", "none")}, "at most once; got none, none"),
 ])
 def test_bench_sizes_are_checked(options, message):
     with pytest.raises(UsageError, match=message):
