@@ -60,6 +60,7 @@ import yaml
 
 from cdc_simulator import landing_writer
 from cdc_simulator.simulate import Column, TableSpec
+from cdc_tooling.aging import VARIANTS as AGING_VARIANTS
 from runner.project.init import copy_project
 from runner.project.scaffold import table_checks
 from runner.run import report
@@ -154,7 +155,7 @@ class BenchConfig:
     aging_tables: int = 1
     aging_keys: int = 20_000
     aging_pass_every: int = 12
-    aging_variants: tuple[str, ...] = ("maintained", "none", "auto")  # cdc_tooling/aging.py VARIANTS
+    aging_variants: tuple[str, ...] = AGING_VARIANTS
     phases: tuple[str, ...] = ("core", "events", "big", "many", "resident", "noop", "estate")
 
     def validate(self) -> None:
@@ -182,9 +183,9 @@ class BenchConfig:
                 or self.aging_pass_every < 1:
             raise UsageError("--aging-runs must be at least 80 (run 50 is compared with the last 20), --aging-tables "
                              "1..20, --aging-keys at least 100, --aging-pass-every at least 1")
-        odd = [v for v in self.aging_variants if v not in ("maintained", "none", "auto")]
+        odd = [v for v in self.aging_variants if v not in AGING_VARIANTS]
         if odd or not self.aging_variants or len(set(self.aging_variants)) < len(self.aging_variants):
-            raise UsageError(f"--aging-variants takes each of maintained, none, auto at most once; got "
+            raise UsageError(f"--aging-variants takes each of {', '.join(AGING_VARIANTS)} at most once; got "
                              f"{', '.join(self.aging_variants) or 'none'}")
         unknown = set(self.phases) - set(PHASES)
         if unknown or not self.phases:
@@ -923,7 +924,7 @@ def many_tables_phases(spark, cfg: BenchConfig, project_dir: Path, work: Path, p
 
 def aging_phases(spark, cfg, project_dir: Path, work: Path, progress) -> tuple[list, dict]:
     """The aging phase (cdc_tooling/aging.py): its phases and the `aging` section of the report."""
-    from cdc_tooling.aging import SETTINGS, VARIANTS, Template, age, equal_commits, snapshot
+    from cdc_tooling.aging import SETTINGS, Template, age, equal_commits, snapshot
     from runner.run.cli import run_pipeline
     from runner.spark.profile import load_target
 
@@ -950,7 +951,7 @@ def aging_phases(spark, cfg, project_dir: Path, work: Path, progress) -> tuple[l
     real = {t: template.last_commits(t) for t in tables}
     result: dict = {"runs": cfg.aging_runs, "auto_runs": cfg.aging_auto_runs, "pass_every": cfg.aging_pass_every,
                     "tables": len(tables), "keys": keys, "batch": b, "variants": {}}
-    for variant in (v for v in VARIANTS if v in cfg.aging_variants):
+    for variant in (v for v in AGING_VARIANTS if v in cfg.aging_variants):
         runs = cfg.aging_auto_runs if variant == "auto" else cfg.aging_runs
         if runs <= 0:
             continue
