@@ -19,16 +19,21 @@ the folder the profile puts on a plain dbt session's classpath (`spark.driver.ex
 <jar folder>/driver/*`): `spark.jars` takes no glob (Spark prints an ERROR and a stack trace on
 each start), and the whole folder on the classpath would put its older Jackson before Spark's.
 
+The project's own jar, a log store for Delta on the local file system (build_log_store), is
+compiled from its source into the jar folder at the same time, and named and linked with Delta's.
+
 `python -m runner.spark.jars` prints what it fetched and its size; it is idempotent.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import zipfile
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -139,10 +144,74 @@ def resolved(folder: Path | None = None, packages: str | None = None) -> bool:
 
 def ensure(quiet: bool = False) -> Path:
     """Fetches the sessions' jars (Delta Lake, Kafka source) into the jar folder unless they are
-    there, and links Delta's into driver_dir(); returns the folder."""
+    there, builds the project's log store beside them (build_log_store), and links Delta's and
+    the log store's into driver_dir(); returns the folder."""
     folder = _ensure(jars_dir(), spark_packages(), quiet, EXCLUDES)
+    build_log_store(folder)
     _link_driver_jars(folder)
     return folder
+
+
+# Delta's log store for the local file system that reads a _delta_log's names before any entry's
+# status (runner/spark/java/, docs/performance.md "Maintenance"): profiles.yml names it for the
+# `file` scheme (spark.delta.logStore.file.impl). Built at set-up from its source with the Eclipse
+# compiler for Java, which runs on a JRE (Spark needs no JDK, and neither does set-up), resolved
+# like the sessions' jars (Ivy, into <jar folder>/compiler); the jar goes into the jar folder, so
+# that spark.jars and the driver folder take it with Delta's.
+LOG_STORE_CLASS = "sqlserver_cdc.delta.NamesFirstLocalLogStore"
+LOG_STORE_SOURCE = RUNNER_HOME / "runner" / "spark" / "java" / Path(*LOG_STORE_CLASS.split(".")).with_suffix(".java")
+LOG_STORE_JAR = "sqlserver_cdc-logstore-"  # + the source's digest: an edited source builds a new jar
+COMPILER_PACKAGE = "org.eclipse.jdt:ecj:3.46.100"
+
+
+def java_command() -> str | None:
+    """The `java` on PATH, else $JAVA_HOME/bin/java; None when there is neither."""
+    found = shutil.which("java", path=os.environ.get("PATH"))
+    if found is None and os.environ.get("JAVA_HOME"):
+        candidate = Path(os.environ["JAVA_HOME"]) / "bin" / "java"
+        found = str(candidate) if candidate.exists() else None
+    return found
+
+
+def build_log_store(folder: Path) -> Path:
+    """The log store's jar in `folder`, compiled (against the folder's Delta storage jar and
+    pyspark's Hadoop API) unless a jar of the current source is there; older builds are removed.
+    The jar's entries carry a fixed time, so a build is the same bytes on every machine."""
+    digest = hashlib.sha256(LOG_STORE_SOURCE.read_bytes()).hexdigest()[:12]
+    jar = folder / f"{LOG_STORE_JAR}{digest}.jar"
+    if not jar.is_file():
+        java = java_command()
+        storage = sorted(folder.glob("io.delta_delta-storage-*.jar"))
+        if java is None or not storage:
+            raise InfrastructureError(f"cannot build {LOG_STORE_CLASS}: "
+                                      + ("java not found (Spark needs Java 17)" if java is None
+                                         else f"no Delta storage jar in {folder}"))
+        from pyspark.find_spark_home import _find_spark_home
+
+        compiler = max(_ensure(jars_dir() / "compiler", COMPILER_PACKAGE, quiet=True).glob("*.jar"))
+        classpath = [str(storage[-1]), str(Path(_find_spark_home()) / "jars" / f"hadoop-client-api-{hadoop_version()}.jar")]
+        with tempfile.TemporaryDirectory() as tmp:
+            classes = Path(tmp) / "classes"
+            done = subprocess.run([java, "-jar", str(compiler), "--release", "17", "-nowarn", "-proc:none",
+                                   "-encoding", "UTF-8", "-d", str(classes), "-cp", os.pathsep.join(classpath),
+                                   str(LOG_STORE_SOURCE)], capture_output=True, text=True, check=False)
+            built = sorted(classes.rglob("*.class"))
+            if done.returncode != 0 or not built:
+                first = "\n".join((done.stderr or done.stdout).strip().splitlines()[:6])  # the first error, whole
+                raise InfrastructureError(f"could not compile {LOG_STORE_SOURCE}: {first or 'no class written'}")
+            partial = Path(tmp) / jar.name
+            with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as archive:
+                archive.writestr(zipfile.ZipInfo("META-INF/MANIFEST.MF"), "Manifest-Version: 1.0\r\n\r\n")
+                for path in built:
+                    archive.writestr(zipfile.ZipInfo(path.relative_to(classes).as_posix()), path.read_bytes(),
+                                     zipfile.ZIP_DEFLATED)
+            staged = jar.with_suffix(".partial")  # renamed whole: a build killed halfway leaves no jar
+            shutil.copyfile(partial, staged)
+            os.replace(staged, jar)
+    for old in folder.glob(f"{LOG_STORE_JAR}*.jar"):
+        if old != jar:
+            old.unlink()
+    return jar
 
 
 DRIVER = "driver"
@@ -150,15 +219,15 @@ DRIVER = "driver"
 
 def driver_dir() -> Path:
     """The folder of the jars a plain dbt session's driver loads (the profile's
-    spark.driver.extraClassPath): Delta Lake's own."""
+    spark.driver.extraClassPath): Delta Lake's own and the project's log store."""
     return jars_dir() / DRIVER
 
 
 def _link_driver_jars(folder: Path) -> None:
-    """Makes <folder>/driver hold exactly Delta's jars of the folder (hard links, copies where
-    the file system has none)."""
+    """Makes <folder>/driver hold exactly Delta's jars and the log store's of the folder (hard
+    links, copies where the file system has none)."""
     driver = folder / DRIVER
-    wanted = {j.name: j for j in folder.glob("io.delta_*.jar")}
+    wanted = {j.name: j for pattern in ("io.delta_*.jar", f"{LOG_STORE_JAR}*.jar") for j in folder.glob(pattern)}
     present = {j.name for j in driver.glob("*.jar")} if driver.is_dir() else set()
     if present == set(wanted):
         return

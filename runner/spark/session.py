@@ -6,7 +6,6 @@ from __future__ import annotations
 import logging
 import os
 import re
-import shutil
 import subprocess
 import threading
 import warnings
@@ -21,10 +20,7 @@ LOG_CONFIGURATION = jars.RUNNER_HOME / "conf" / "log4j2.properties"
 
 
 def check_java() -> None:
-    java = shutil.which("java", path=os.environ.get("PATH"))
-    if java is None and os.environ.get("JAVA_HOME"):
-        candidate = Path(os.environ["JAVA_HOME"]) / "bin" / "java"
-        java = str(candidate) if candidate.exists() else None
+    java = jars.java_command()
     if java is None:
         raise InfrastructureError(
             "java not found: Spark needs Java 17 (install e.g. openjdk-17-jre-headless and retry)"

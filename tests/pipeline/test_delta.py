@@ -11,7 +11,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from runner.errors import InfrastructureError
 from runner.run.lock import RunnerLock, WarehouseBusy, describe_previous
 from runner.spark import jars
 from runner.spark.profile import load_target
@@ -38,7 +41,105 @@ def test_sessions_load_delta_from_the_local_jar_folder_only(spark):
     # the runner's own session names them in spark.jars only (both made runs about a tenth slower)
     assert spark.sparkContext.getConf().get("spark.driver.extraClassPath", None) is None
     driver = sorted(j.name for j in jars.driver_dir().glob("*"))
-    assert driver == sorted(Path(j).name for j in listed if Path(j).name.startswith("io.delta_")), driver
+    assert driver == sorted(Path(j).name for j in listed if Path(j).name.startswith(("io.delta_", jars.LOG_STORE_JAR))), driver
+    assert any(name.startswith(jars.LOG_STORE_JAR) for name in driver), driver
+
+
+def _statuses(found) -> list[tuple]:
+    """A listing's entries as (path, length, folder, time), in its order."""
+    entries = []
+    while found.hasNext():
+        status = found.next()
+        entries.append((status.getPath().toString(), status.getLen(), status.isDirectory(), status.getModificationTime()))
+    return entries
+
+
+# the entries of a local _delta_log, per version (Delta's commit, its checksum, checkpoints of one
+# part or several, a compacted range, a commit being written) and Hadoop's hidden checksum of each
+ENTRY_KINDS = ("{v:020d}.json", "{v:020d}.crc", "{v:020d}.checkpoint.parquet",
+               "{v:020d}.checkpoint.0000000001.0000000002.parquet", "{v:020d}.{w:020d}.compacted.json",
+               ".{v:020d}.json.6f1e.tmp", "{v:020d}.checkpoint.6f1e.parquet")
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(versions=st.dictionaries(st.integers(0, 40), st.sets(st.sampled_from(ENTRY_KINDS), min_size=1), max_size=25),
+       hidden=st.booleans(), extra=st.sets(st.sampled_from(["_last_checkpoint", "_staged_commits/", "_sidecars/",
+                                                            "a:b.json", "zz"])),
+       start=st.one_of(st.none(), st.integers(0, 45)), exact=st.booleans(), data=st.data())
+def test_the_log_store_lists_exactly_what_deltas_own_lists(spark, versions, hidden, extra, start, exact, data):
+    """The profile's log store (runner/spark/java/) answers listFrom as Delta's own LocalLogStore
+    does, entry for entry (path, length, folder or not, time) and in its order, on folders of every
+    kind of _delta_log entry, with Hadoop's hidden checksums or without, from a version's prefix
+    (as Delta asks) or from a file's whole name, or from "." (every hidden name but Hadoop's
+    checksums); a missing folder is refused by both alike."""
+    import tempfile
+
+    jvm, conf = spark._jvm, spark._jsc.hadoopConfiguration()
+    ours, deltas = jvm.sqlserver_cdc.delta.NamesFirstLocalLogStore(conf), jvm.io.delta.storage.LocalLogStore(conf)
+    with tempfile.TemporaryDirectory() as tmp:
+        log = Path(tmp) / "_delta_log"
+        log.mkdir()
+        names = [kind.format(v=v, w=v + 3) for v, kinds in versions.items() for kind in kinds] + sorted(extra)
+        for name in names:
+            if name.endswith("/"):
+                (log / name).mkdir()
+                (log / name / "00000000000000000001.uuid.json").write_text("{}")
+                continue
+            (log / name).write_bytes(b"x" * data.draw(st.integers(0, 300)))
+            if hidden:
+                (log / f".{name}.crc").write_bytes(b"crc")
+        # from a version's prefix or whole name; None: from "." on, which takes in the hidden names
+        prefix = "." if start is None else f"{start:020d}" + (".json" if exact else ".")
+        path = jvm.org.apache.hadoop.fs.Path(log.as_uri() + "/" + prefix)
+        listed = _statuses(ours.listFrom(path, conf))
+        assert listed == _statuses(deltas.listFrom(path, conf))
+        assert [Path(e[0]).name for e in listed] == sorted(n.rstrip("/") for n in names if n.rstrip("/") >= prefix)
+    missing = jvm.org.apache.hadoop.fs.Path(log.as_uri() + "/00000000000000000000.")
+    for store in (ours, deltas):
+        with pytest.raises(Exception, match="java.io.FileNotFoundException"):
+            store.listFrom(missing, conf)
+
+
+def test_delta_uses_the_log_store_for_local_paths_only(spark, tmp_path):
+    """Delta takes the profile's store for the file scheme, so every statement on a local
+    warehouse lists through it, and keeps its own for every other scheme (HDFS, S3, ...)."""
+    jvm = spark._jvm
+    spark.range(3).write.format("delta").save(str(tmp_path / "t"))
+    store = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, str(tmp_path / "t")).store()
+
+    def chosen(uri: str) -> str:
+        return store.getDelegate(jvm.org.apache.hadoop.fs.Path(uri)).logStoreImpl().getClass().getName()
+
+    assert spark.conf.get("spark.delta.logStore.file.impl") == jars.LOG_STORE_CLASS
+    assert chosen((tmp_path / "t" / "_delta_log").as_uri()) == jars.LOG_STORE_CLASS
+    assert chosen("hdfs://namenode:8020/warehouse/t/_delta_log") == "io.delta.storage.HDFSLogStore"
+    assert spark.read.format("delta").load(str(tmp_path / "t")).count() == 3
+
+
+def test_the_log_store_is_built_once_from_its_source_and_a_broken_source_is_refused(tmp_path, monkeypatch):
+    """Set-up compiles the log store with the Eclipse compiler (a JRE is enough) into the jar
+    folder: the same bytes each build, not again while its source is unchanged, older builds
+    removed; a source that does not compile stops set-up naming the file and the compiler's error."""
+    import zipfile
+
+    folder = tmp_path / "jars"
+    folder.mkdir()
+    storage = next(jars.jars_dir().glob("io.delta_delta-storage-*.jar"))
+    (folder / storage.name).write_bytes(storage.read_bytes())
+    (folder / f"{jars.LOG_STORE_JAR}0123456789ab.jar").write_bytes(b"an older build")
+    built = jars.build_log_store(folder)
+    assert sorted(p.name for p in folder.glob("*.jar")) == sorted([storage.name, built.name])
+    assert zipfile.ZipFile(built).namelist() == ["META-INF/MANIFEST.MF", "sqlserver_cdc/delta/NamesFirstLocalLogStore.class"]
+    assert built.read_bytes() == next(jars.jars_dir().glob(f"{jars.LOG_STORE_JAR}*.jar")).read_bytes()
+    stamp = built.stat().st_mtime_ns
+    assert jars.build_log_store(folder) == built and built.stat().st_mtime_ns == stamp
+    broken = tmp_path / "java" / jars.LOG_STORE_SOURCE.name
+    broken.parent.mkdir()
+    broken.write_text(jars.LOG_STORE_SOURCE.read_text().replace("extends LocalLogStore", "extends NoSuchLogStore"))
+    monkeypatch.setattr(jars, "LOG_STORE_SOURCE", broken)
+    with pytest.raises(InfrastructureError, match=rf"(?s)could not compile {re.escape(str(broken))}: .*ERROR in .*NoSuchLogStore cannot be resolved"):
+        jars.build_log_store(folder)
+    assert sorted(p.name for p in folder.glob("*.jar")) == sorted([storage.name, built.name])
 
 
 def test_set_up_fetches_the_tests_jars_only_when_asked(monkeypatch, capsys):
