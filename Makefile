@@ -1,7 +1,8 @@
 # Two commands set everything up on a fresh machine with Java 17 and Python 3.10+:
 #   make demo   - create .venv, install the runtime packages (not the `dev` extra), fetch the
 #                 sessions' jars (Delta Lake, Kafka source, S3A) into .jars/ (once, from Maven
-#                 Central), generate demo landing data, run the pipeline, print a summary
+#                 Central) and build the project's Delta log store beside them, generate demo
+#                 landing data, run the pipeline, print a summary
 #   make test   - create .venv, install the `dev` extra too (pytest, ruff, moto ...), fetch the
 #                 tests' jars too (Kafka broker, HDFS mini-cluster), run linters, dbt docs
 #                 generate and every test but the service tier (what CI runs)
