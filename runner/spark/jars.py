@@ -199,14 +199,12 @@ def build_log_store(folder: Path) -> Path:
             if done.returncode != 0 or not built:
                 first = "\n".join((done.stderr or done.stdout).strip().splitlines()[:6])  # the first error, whole
                 raise InfrastructureError(f"could not compile {LOG_STORE_SOURCE}: {first or 'no class written'}")
-            partial = Path(tmp) / jar.name
-            with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as archive:
+            staged = jar.with_suffix(".partial")  # renamed whole: a build killed halfway leaves no jar
+            with zipfile.ZipFile(staged, "w", zipfile.ZIP_DEFLATED) as archive:
                 archive.writestr(zipfile.ZipInfo("META-INF/MANIFEST.MF"), "Manifest-Version: 1.0\r\n\r\n")
                 for path in built:
                     archive.writestr(zipfile.ZipInfo(path.relative_to(classes).as_posix()), path.read_bytes(),
                                      zipfile.ZIP_DEFLATED)
-            staged = jar.with_suffix(".partial")  # renamed whole: a build killed halfway leaves no jar
-            shutil.copyfile(partial, staged)
             os.replace(staged, jar)
     for old in folder.glob(f"{LOG_STORE_JAR}*.jar"):
         if old != jar:
