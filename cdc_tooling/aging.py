@@ -38,7 +38,8 @@ files. Variants, each on a copy (a schema of its own):
   post-commit hook runs only after Spark's own writes).
 
 Reported per variant: a run's cost (the sum of its commits' seconds, by Spark: the median of runs
-41-60 and of the last 20), files per table, live bytes against the bytes on disk (data and log),
+41-60 and of the last 20), files per table and the commits each table's log holds (the copies keep
+their whole log: LOG_HELD), live bytes against the bytes on disk (data and log),
 the passes' seconds and the longest maintenance of one table. The variants' marts must be equal
 row for row (maintenance changes no row) and hold what the generated runs wrote
 (`reference_equal`)."""
@@ -71,6 +72,13 @@ SETTINGS = {"compact_after_files": 32, "retention_hours": 0, "vacuum_every_hours
             "raw_retention_days": 0.00001, "overdue_hours": 1000}
 FINAL_PASS_AHEAD = 1.0  # hours the last pass's clock is ahead: every table's VACUUM is due (the retention has passed)
 MAPPING = "stg_cdc_metadata__lsn_time_mapping"
+# Delta deletes a log's expired commits when it writes a checkpoint, those older than the retention
+# rounded down to the day (UTC). The maintained copy's retention is 0, so a phase that crossed
+# midnight UTC lost its commits from before it and measured its end on a day's log (2026-12-07: 307
+# commits a table against 2,000). The copies keep their whole log instead: the phase's end stands for
+# the log a 7-day retention keeps at five-minute runs, whatever the clock (log_kept counts the
+# cleanup for the storage figures)
+LOG_HELD = "delta.enableExpiredLogCleanup"
 # the columns a generated run stamps with the time it ran: left out where two runs are compared
 STAMPED = ("_ingested_at", "recorded_at", "valid_from", "valid_to", "commit_time", "started_at", "ended_at")
 
@@ -109,6 +117,7 @@ def copy_schema(spark, tables: list[str], origin: str | Path, schema: str, folde
             spark, relation.replace(f"{schema}.", f"{origin}.", 1).replace(f"{schema}_raw.", f"{origin}_raw.", 1))
         shutil.copytree(where, folder / name)
         spark.sql(f"create table {relation} using delta location '{folder / name}'")
+        spark.sql(f"alter table {relation} set tblproperties ('{LOG_HELD}' = 'false')")
 
 
 class Template:
@@ -456,6 +465,7 @@ def age(spark, template: Template, schema: str, runs: int, variant: str, project
     dbt = Dbt(project, target.name, {"cdc_raw_schema": f"{schema}_raw"}) if variant == "maintained" else None
     quiet = report.Progress(stream=io.StringIO())
     files_at: dict[int, dict[str, int]] = {}
+    commits_at: dict[int, dict[str, int]] = {}
     first: dict[str, dict] = {}
     generator = None
     checked: dict | None = None
@@ -485,6 +495,7 @@ def age(spark, template: Template, schema: str, runs: int, variant: str, project
                 longest = max([longest, *(float(r["seconds"]) for r in done)])
             if run in (MEASURED[1], runs):
                 files_at[run] = _files(spark, template, schema)
+                commits_at[run] = {r.split(".", 1)[1]: _log_commits(spark, r) for r in template.relations(schema)}
             if run % 250 == 0:
                 progress.step(f"bench: aging: {variant}: run {run:,} ({time.perf_counter() - started:.0f} s)")
         final = None
@@ -505,6 +516,7 @@ def age(spark, template: Template, schema: str, runs: int, variant: str, project
         "run_seconds": {"at_50": at_50[len(at_50) // 2], "at_end": at_end[len(at_end) // 2],
                         "max": max(seconds.values())},
         "runs_by_spark": len(seconds), "files_at_50": files_at.get(MEASURED[1]), "files_at_end": files_at[runs],
+        "log_commits_at_50": commits_at.get(MEASURED[1]), "log_commits_at_end": commits_at[runs],
         "max_mart_files": max(marts.values()), "first_commits": first, "disk": disk, "passes": len(passes),
         "pass_seconds_max": max(passes, default=0.0),
         "pass_seconds_median": sorted(passes)[len(passes) // 2] if passes else 0.0, "longest_table_maintenance": longest,
@@ -516,6 +528,12 @@ def age(spark, template: Template, schema: str, runs: int, variant: str, project
 def _files(spark, template: Template, schema: str) -> dict[str, int]:
     return {relation.split(".", 1)[1]: spark.sql(f"describe detail {relation}").collect()[0]["numFiles"]
             for relation in template.relations(schema)}
+
+
+def _log_commits(spark, relation: str) -> int:
+    """The commits a table's log holds (what each listing of it reads with Delta's own store)."""
+    log = _location(spark, relation) / "_delta_log"
+    return sum(1 for p in log.iterdir() if p.name.endswith(".json") and p.name[:20].isdigit())
 
 
 def _disk(spark, template: Template, schema: str) -> dict[str, int]:
