@@ -495,7 +495,8 @@ def age(spark, template: Template, schema: str, runs: int, variant: str, project
                 longest = max([longest, *(float(r["seconds"]) for r in done)])
             if run in (MEASURED[1], runs):
                 files_at[run] = _files(spark, template, schema)
-                commits_at[run] = {r.split(".", 1)[1]: _log_commits(spark, r) for r in template.relations(schema)}
+                commits_at[run] = {r.split(".", 1)[1]: log_kept(_location(spark, r) / "_delta_log")["versions"]
+                                   for r in template.relations(schema)}
             if run % 250 == 0:
                 progress.step(f"bench: aging: {variant}: run {run:,} ({time.perf_counter() - started:.0f} s)")
         final = None
@@ -528,12 +529,6 @@ def age(spark, template: Template, schema: str, runs: int, variant: str, project
 def _files(spark, template: Template, schema: str) -> dict[str, int]:
     return {relation.split(".", 1)[1]: spark.sql(f"describe detail {relation}").collect()[0]["numFiles"]
             for relation in template.relations(schema)}
-
-
-def _log_commits(spark, relation: str) -> int:
-    """The commits a table's log holds (what each listing of it reads with Delta's own store)."""
-    log = _location(spark, relation) / "_delta_log"
-    return sum(1 for p in log.iterdir() if p.name.endswith(".json") and p.name[:20].isdigit())
 
 
 def _disk(spark, template: Template, schema: str) -> dict[str, int]:
