@@ -8,8 +8,9 @@
  * log that Delta's 7-day retention keeps at five-minute runs holds about 8,000 entries (the
  * commits, Delta's .crc files and Hadoop's hidden checksum of each), though the listing keeps the
  * few from the newest checkpoint on. This store reads the folder's names (one system call), keeps
- * those from the version on, and reads the status of those only: the same answer, at a cost that
- * no longer grows with the log (docs/performance.md "Maintenance").
+ * those from the version on, and reads the status of those only: the same answer, whose statuses
+ * no longer grow with the log; the names still do (a warm run's commits 1.20x at a 7-day log,
+ * 1.53x with Delta's store: docs/performance.md "Maintenance").
  *
  * Exactly what Delta's listFrom answers, by construction: the entries Hadoop's LocalFileSystem
  * lists (every name but its own hidden checksums, ".<name>.crc"), each status as that listing reads
@@ -25,7 +26,7 @@ import io.delta.storage.LocalLogStore;
 import java.io.FileNotFoundException;
 import java.io.IOException;
 import java.util.ArrayList;
-import java.util.Arrays;
+import java.util.Collections;
 import java.util.Iterator;
 import java.util.List;
 import org.apache.hadoop.conf.Configuration;
@@ -52,12 +53,16 @@ public class NamesFirstLocalLogStore extends LocalLogStore {
             return super.listFrom(path, hadoopConf);
         }
         String from = path.getName();
-        Arrays.sort(names);
-        List<FileStatus> found = new ArrayList<>();
+        // kept before sorting: the few from the newest checkpoint on, not the whole folder, are sorted
+        List<String> kept = new ArrayList<>();
         for (String name : names) {
-            if (name.compareTo(from) < 0 || (name.startsWith(".") && name.endsWith(".crc"))) {
-                continue;
+            if (name.compareTo(from) >= 0 && !(name.startsWith(".") && name.endsWith(".crc"))) {
+                kept.add(name);
             }
+        }
+        Collections.sort(kept);
+        List<FileStatus> found = new ArrayList<>();
+        for (String name : kept) {
             try {
                 // the three-argument Path, as Hadoop's listing builds it: a name with a colon stays a name
                 found.add(fs.getFileStatus(new Path(folder, new Path(null, null, name))));
