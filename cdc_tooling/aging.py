@@ -449,14 +449,21 @@ def writer_equal(spark, template: Template, schema: str, folder: Path) -> dict:
 
 
 def age(spark, template: Template, schema: str, runs: int, variant: str, project: Path, target, pass_every: int,
-        progress, check_writer: Path | None = None) -> dict:
+        progress, check_writer: Path | None = None, control_folder: Path | None = None) -> dict:
     """`runs` generated runs on `schema` (see the module's docstring); returns the variant's figures.
     check_writer: a scratch folder, where writer_equal makes runs WRITER_CHECKED (its report is the
-    figures' `writer_equal`)."""
+    figures' `writer_equal`). control_folder: a scratch folder, where the copy's tables are kept as
+    run 60 left them; during the last 20 runs that copy makes runs 61-80, each right after one of
+    them (`control`: the same JVM and minutes, young tables)."""
     from runner.run.dbt import Dbt
     from runner.run.maintain import run_pass
 
     seconds: dict[int, float] = {}
+    by_table: dict[int, dict[str, float]] = {}
+    control_seconds: dict[int, float] = {}
+    by_table_control: dict[int, dict[str, float]] = {}
+    control_schema = f"{schema}_control"
+    control = None
     passes: list[float] = []
     longest = 0.0
     os.environ["SQLSERVER_CDC_SCHEMA"] = schema
@@ -465,6 +472,7 @@ def age(spark, template: Template, schema: str, runs: int, variant: str, project
     dbt = Dbt(project, target.name, {"cdc_raw_schema": f"{schema}_raw"}) if variant == "maintained" else None
     quiet = report.Progress(stream=io.StringIO())
     files_at: dict[int, dict[str, int]] = {}
+    heap_at: dict[int, float] = {}
     commits_at: dict[int, dict[str, int]] = {}
     first: dict[str, dict] = {}
     generator = None
@@ -479,10 +487,10 @@ def age(spark, template: Template, schema: str, runs: int, variant: str, project
                     progress.step(f"bench: aging: the writer's runs {WRITER_CHECKED[0]}-{WRITER_CHECKED[1]} "
                                   f"{'equal' if checked['equal'] else 'NOT equal'} to Spark's")
             elif run in timed or variant == "auto":
-                clock = time.perf_counter()
-                for _, statement in template.statements(schema, run):
-                    spark.sql(statement).collect()
-                seconds[run] = time.perf_counter() - clock
+                seconds[run], by_table[run] = _timed_run(spark, template, schema, run)
+                if run > runs - LAST and control is not None:  # the run-60 copy's next run, in the same minutes
+                    step = MEASURED[1] + run - (runs - LAST)
+                    control_seconds[step], by_table_control[step] = _timed_run(spark, template, control_schema, step)
             else:
                 generator = generator or Generator(template, schema)
                 generator.run(run)
@@ -493,8 +501,14 @@ def age(spark, template: Template, schema: str, runs: int, variant: str, project
                 done = run_pass(dbt, project, f"{schema}_raw", quiet).done
                 passes.append(time.perf_counter() - clock)
                 longest = max([longest, *(float(r["seconds"]) for r in done)])
+            if run == MEASURED[1] and control_folder is not None:  # the copy at run 60, aged again at the end
+                snapshot(spark, schema, template.tables, control_folder)
+            if run == runs - LAST and control_folder is not None:
+                copy_schema(spark, template.tables, control_folder, control_schema, control_folder.with_name(control_schema))
+                control = True
             if run in (MEASURED[1], runs):
                 files_at[run] = _files(spark, template, schema)
+                heap_at[run] = _heap_mib(spark)
                 commits_at[run] = {r.split(".", 1)[1]: log_kept(_location(spark, r) / "_delta_log")["versions"]
                                    for r in template.relations(schema)}
             if run % 250 == 0:
@@ -511,19 +525,58 @@ def age(spark, template: Template, schema: str, runs: int, variant: str, project
         spark.conf.unset("spark.databricks.delta.autoCompact.enabled")
     at_50 = sorted(s for r, s in seconds.items() if MEASURED[0] <= r <= MEASURED[1])
     at_end = sorted(s for r, s in seconds.items() if r > runs - LAST)
+    statements = {"at_50": _medians(by_table, range(MEASURED[0], MEASURED[1] + 1)),
+                  "at_end": _medians(by_table, range(runs - LAST + 1, runs + 1))}
+    if control_seconds:
+        statements["control"] = _medians(by_table_control, control_seconds)
+        for s in (control_schema, f"{control_schema}_raw"):
+            spark.sql(f"drop schema if exists {s} cascade")
+        for folder in (control_folder, control_folder.with_name(control_schema)):
+            shutil.rmtree(folder, ignore_errors=True)
     disk = _disk(spark, template, schema)
     marts = {k: v for k, v in files_at[runs].items() if k.endswith(("_history", "_current"))}
     return {
         "run_seconds": {"at_50": at_50[len(at_50) // 2], "at_end": at_end[len(at_end) // 2],
-                        "max": max(seconds.values())},
+                        "max": max(seconds.values()),
+                        **({"control": _median(control_seconds.values())} if control_seconds else {})},
+        "statement_seconds": statements,
         "runs_by_spark": len(seconds), "files_at_50": files_at.get(MEASURED[1]), "files_at_end": files_at[runs],
         "log_commits_at_50": commits_at.get(MEASURED[1]), "log_commits_at_end": commits_at[runs],
+        "heap_mib_at_50": heap_at.get(MEASURED[1]), "heap_mib_at_end": heap_at[runs],
         "max_mart_files": max(marts.values()), "first_commits": first, "disk": disk, "passes": len(passes),
         "pass_seconds_max": max(passes, default=0.0),
         "pass_seconds_median": sorted(passes)[len(passes) // 2] if passes else 0.0, "longest_table_maintenance": longest,
         "final_pass": final, "values_equal": template.current_values(schema) == template.expected_current(runs),
         **({"writer_equal": checked} if checked else {}),
     }
+
+
+def _timed_run(spark, template: Template, schema: str, run: int) -> tuple[float, dict[str, float]]:
+    """A generated run by Spark: its seconds, and each commit's by the table it commits to."""
+    each: dict[str, float] = {}
+    for table, statement in template.statements(schema, run):
+        clock = time.perf_counter()
+        spark.sql(statement).collect()
+        each[table.rsplit(".", 1)[-1]] = time.perf_counter() - clock
+    return sum(each.values()), each
+
+
+def _heap_mib(spark) -> float:
+    """The driver JVM's heap in use after a full GC, MiB: what the JVM holds after the runs so far."""
+    jvm = spark._jvm
+    jvm.java.lang.System.gc()
+    return round(jvm.java.lang.management.ManagementFactory.getMemoryMXBean().getHeapMemoryUsage().getUsed() / 2**20, 1)
+
+
+def _median(values) -> float:
+    found = sorted(values)
+    return found[len(found) // 2]
+
+
+def _medians(by_table: dict[int, dict[str, float]], runs) -> dict[str, float]:
+    """Each table's commit seconds, the median over `runs` (those timed)."""
+    timed = [by_table[r] for r in runs if r in by_table]
+    return {t: round(_median(r[t] for r in timed), 3) for t in (timed[0] if timed else {})}
 
 
 def _files(spark, template: Template, schema: str) -> dict[str, int]:

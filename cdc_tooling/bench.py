@@ -961,7 +961,8 @@ def aging_phases(spark, cfg, project_dir: Path, work: Path, progress) -> tuple[l
         started = time.perf_counter()
         checks = not result["variants"]  # the first variant's run 1 and runs 2-4 are the ones compared
         figures = age(spark, template, schema, runs, variant, project, target, cfg.aging_pass_every, progress,
-                      check_writer=work / "aging_copies" / "writer_check" if checks else None)
+                      check_writer=work / "aging_copies" / "writer_check" if checks else None,
+                      control_folder=work / "aging_copies" / f"{variant}_at_60")
         phases.append(Phase(f"aging: {runs:,} generated runs ({variant})", time.perf_counter() - started,
                             runs * len(tables) * b, _aging_summary(figures)))
         first = figures.pop("first_commits")
@@ -982,8 +983,9 @@ def aging_phases(spark, cfg, project_dir: Path, work: Path, progress) -> tuple[l
 
 def _aging_summary(figures: dict) -> str:
     cost = figures["run_seconds"]
+    control = (f", the copy of run 60 {cost['control']:.2f} s in the same minutes" if "control" in cost else "")
     return (f"a run's commits {cost['at_50']:.2f} s at run 50, {cost['at_end']:.2f} s at the end "
-            f"({cost['at_end'] / cost['at_50']:.2f}x); files per mart at the end up to {figures['max_mart_files']}")
+            f"({cost['at_end'] / cost['at_50']:.2f}x){control}; files per mart at the end up to {figures['max_mart_files']}")
 
 
 def estate_phases(spark, cfg: BenchConfig, project_dir: Path, work: Path, progress) -> list[Phase]:
