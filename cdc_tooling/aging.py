@@ -38,9 +38,12 @@ files. Variants, each on a copy (a schema of its own):
   post-commit hook runs only after Spark's own writes).
 
 Reported per variant: a run's cost (the sum of its commits' seconds, by Spark: the median of runs
-41-60 and of the last 20), files per table and the commits each table's log holds (the copies keep
-their whole log: LOG_HELD), live bytes against the bytes on disk (data and log),
-the passes' seconds and the longest maintenance of one table. The variants' marts must be equal
+41-60 and of the last 20, and each commit's by table), the control's (the copy as run 60 left it,
+which makes runs 61-80 each right after one of the last 20: young tables in the same JVM and
+minutes, so a growth at the end is told apart as the tables' or the machine's and the process's),
+files per table and the commits each table's log holds (the copies keep their whole log:
+LOG_HELD), live bytes against the bytes on disk (data and log), the JVM's heap after a GC, the
+passes' seconds and the longest maintenance of one table. The variants' marts must be equal
 row for row (maintenance changes no row) and hold what the generated runs wrote
 (`reference_equal`)."""
 

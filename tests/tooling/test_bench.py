@@ -320,3 +320,15 @@ def test_the_aging_phase_counts_the_log_its_cleanup_keeps_once_the_retention_has
     for name in [n for n in sizes if "checkpoint." in n]:
         (log / name).unlink()
     assert log_kept(log)["kept"] == 25 * 1100 + 7
+
+
+def test_the_aging_phase_reports_each_commits_median_over_the_runs_it_timed_only():
+    """_medians: per table, the median of its commit's seconds over the runs asked for that were
+    timed (a run made by the writer has no seconds); the control's runs are numbered 61-80 and are
+    taken as they come."""
+    from cdc_tooling.aging import _medians
+
+    by_table = {41: {"h": 1.0, "c": 5.0}, 42: {"h": 3.0, "c": 4.0}, 43: {"h": 2.0, "c": 6.0}, 61: {"h": 9.0, "c": 9.0}}
+    assert _medians(by_table, range(41, 61)) == {"h": 2.0, "c": 5.0}
+    assert _medians(by_table, {61: 0.0}) == {"h": 9.0, "c": 9.0}
+    assert _medians(by_table, range(100, 120)) == {}
