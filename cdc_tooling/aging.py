@@ -56,6 +56,7 @@ import shutil
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from statistics import median_high
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -466,7 +467,7 @@ def age(spark, template: Template, schema: str, runs: int, variant: str, project
     control_seconds: dict[int, float] = {}
     by_table_control: dict[int, dict[str, float]] = {}
     control_schema = f"{schema}_control"
-    control = None
+    control_made = False
     passes: list[float] = []
     longest = 0.0
     os.environ["SQLSERVER_CDC_SCHEMA"] = schema
@@ -491,7 +492,7 @@ def age(spark, template: Template, schema: str, runs: int, variant: str, project
                                   f"{'equal' if checked['equal'] else 'NOT equal'} to Spark's")
             elif run in timed or variant == "auto":
                 seconds[run], by_table[run] = _timed_run(spark, template, schema, run)
-                if run > runs - LAST and control is not None:  # the run-60 copy's next run, in the same minutes
+                if run > runs - LAST and control_made:  # the run-60 copy's next run, in the same minutes
                     step = MEASURED[1] + run - (runs - LAST)
                     control_seconds[step], by_table_control[step] = _timed_run(spark, template, control_schema, step)
             else:
@@ -508,7 +509,7 @@ def age(spark, template: Template, schema: str, runs: int, variant: str, project
                 snapshot(spark, schema, template.tables, control_folder)
             if run == runs - LAST and control_folder is not None:
                 copy_schema(spark, template.tables, control_folder, control_schema, control_folder.with_name(control_schema))
-                control = True
+                control_made = True
             if run in (MEASURED[1], runs):
                 files_at[run] = _files(spark, template, schema)
                 heap_at[run] = _heap_mib(spark)
@@ -526,8 +527,8 @@ def age(spark, template: Template, schema: str, runs: int, variant: str, project
             longest = max([longest, *(float(r["seconds"]) for r in done)])
     finally:
         spark.conf.unset("spark.databricks.delta.autoCompact.enabled")
-    at_50 = sorted(s for r, s in seconds.items() if MEASURED[0] <= r <= MEASURED[1])
-    at_end = sorted(s for r, s in seconds.items() if r > runs - LAST)
+    at_50 = [s for r, s in seconds.items() if MEASURED[0] <= r <= MEASURED[1]]
+    at_end = [s for r, s in seconds.items() if r > runs - LAST]
     statements = {"at_50": _medians(by_table, range(MEASURED[0], MEASURED[1] + 1)),
                   "at_end": _medians(by_table, range(runs - LAST + 1, runs + 1))}
     if control_seconds:
@@ -539,16 +540,16 @@ def age(spark, template: Template, schema: str, runs: int, variant: str, project
     disk = _disk(spark, template, schema)
     marts = {k: v for k, v in files_at[runs].items() if k.endswith(("_history", "_current"))}
     return {
-        "run_seconds": {"at_50": at_50[len(at_50) // 2], "at_end": at_end[len(at_end) // 2],
+        "run_seconds": {"at_50": median_high(at_50), "at_end": median_high(at_end),
                         "max": max(seconds.values()),
-                        **({"control": _median(control_seconds.values())} if control_seconds else {})},
+                        **({"control": median_high(control_seconds.values())} if control_seconds else {})},
         "statement_seconds": statements,
         "runs_by_spark": len(seconds), "files_at_50": files_at.get(MEASURED[1]), "files_at_end": files_at[runs],
         "log_commits_at_50": commits_at.get(MEASURED[1]), "log_commits_at_end": commits_at[runs],
         "heap_mib_at_50": heap_at.get(MEASURED[1]), "heap_mib_at_end": heap_at[runs],
         "max_mart_files": max(marts.values()), "first_commits": first, "disk": disk, "passes": len(passes),
         "pass_seconds_max": max(passes, default=0.0),
-        "pass_seconds_median": sorted(passes)[len(passes) // 2] if passes else 0.0, "longest_table_maintenance": longest,
+        "pass_seconds_median": median_high(passes) if passes else 0.0, "longest_table_maintenance": longest,
         "final_pass": final, "values_equal": template.current_values(schema) == template.expected_current(runs),
         **({"writer_equal": checked} if checked else {}),
     }
@@ -571,15 +572,10 @@ def _heap_mib(spark) -> float:
     return round(jvm.java.lang.management.ManagementFactory.getMemoryMXBean().getHeapMemoryUsage().getUsed() / 2**20, 1)
 
 
-def _median(values) -> float:
-    found = sorted(values)
-    return found[len(found) // 2]
-
-
 def _medians(by_table: dict[int, dict[str, float]], runs) -> dict[str, float]:
     """Each table's commit seconds, the median over `runs` (those timed)."""
     timed = [by_table[r] for r in runs if r in by_table]
-    return {t: round(_median(r[t] for r in timed), 3) for t in (timed[0] if timed else {})}
+    return {t: round(median_high(r[t] for r in timed), 3) for t in (timed[0] if timed else {})}
 
 
 def _files(spark, template: Template, schema: str) -> dict[str, int]:
